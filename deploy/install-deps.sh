@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything skytrain needs to build, test and run its demo on Debian 12.
+# Idempotent: apt-get only, safe to run again. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev libopenblas0-pthread
+  libzmq3-dev cppzmq-dev
+  nlohmann-json3-dev libcli11-dev catch2
+  libgloo-dev libsentencepiece-dev libspdlog-dev libsystemd-dev libxxhash-dev
+  diatheke sword-text-web
+  systemd iproute2 procps python3
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,33 @@
+// The Stage interface: one consecutive slice of the model, run micro-batch by micro-batch.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace skytrain::stages {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Contract: forward(i, x) runs micro-batch i and keeps what backward needs; backward(i, g)
+// back-propagates g (the gradient of the loss w.r.t. forward(i)'s output) into the
+// parameters' .grad (accumulating) and returns the gradient w.r.t. the input — undefined
+// when the input is not differentiable (token ids) — and releases micro-batch i's stash.
+// Several micro-batches may be in flight at once, in any order the schedule picks.
+// Parameter names are global: the same parameter has the same name whatever the split.
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  virtual at::Tensor forward(int microBatch, const at::Tensor& input) = 0;
+  virtual at::Tensor backward(int microBatch, const at::Tensor& gradOutput) = 0;
+  // Forward without autograd or dropout, for validation; keeps nothing.
+  virtual at::Tensor infer(const at::Tensor& input) = 0;
+  virtual std::vector<at::Tensor> parameters() const = 0;
+  virtual NamedTensors stateDict() const = 0;
+  // Number of micro-batches whose forward state is held.
+  virtual size_t inFlight() const = 0;
+};
+
+}  // namespace skytrain::stages
