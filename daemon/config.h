@@ -1,0 +1,29 @@
+// DaemonConfig: skytraind's settings, read once from /etc/skytrain/skytraind.json.
+#pragma once
+
+#include <string>
+
+namespace skytrain::daemon {
+
+struct DaemonConfig {
+  // ZeroMQ endpoints bound by the daemon: two ports whatever the number of jobs.
+  // "tcp://127.0.0.1:*" binds an ephemeral port (tests).
+  std::string controlEndpoint = "tcp://0.0.0.0:7100";
+  std::string dataEndpoint = "tcp://0.0.0.0:7101";
+  // Host other daemons use to reach this one when an endpoint binds a wildcard address;
+  // empty: this machine's host name.
+  std::string advertiseHost;
+  std::string stateDir = "/var/lib/skytrain";
+  // Must be true until CURVE is configured: traffic is then unencrypted, for loopback or
+  // trusted networks only.
+  bool insecure = false;
+  int torchThreads = 0;  // 0: LibTorch's default
+  std::string logLevel = "info";
+};
+
+// Throws skytrain::SpecError naming the JSON path of a bad or unknown field.
+DaemonConfig parseDaemonConfig(const std::string& text);
+// Reads and parses a config file; throws skytrain::Error naming the path if unreadable.
+DaemonConfig loadDaemonConfig(const std::string& path);
+
+}  // namespace skytrain::daemon

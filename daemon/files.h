@@ -1,0 +1,18 @@
+// Durable file writes for job records, metrics and stage weights.
+#pragma once
+
+#include <string>
+
+namespace skytrain::daemon {
+
+// Writes to path.tmp, fsyncs, renames over path, fsyncs the directory: a reader sees the
+// old file or the new one, never a torn one. Throws skytrain::Error naming the path.
+void writeFileAtomic(const std::string& path, const std::string& bytes);
+
+// Appends one line and flushes it to disk. Throws skytrain::Error naming the path.
+void appendLine(const std::string& path, const std::string& line);
+
+// Creates a directory and its parents; throws skytrain::Error naming the path.
+void makeDirectories(const std::string& path);
+
+}  // namespace skytrain::daemon

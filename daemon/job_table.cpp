@@ -1,0 +1,262 @@
+#include "daemon/job_table.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "daemon/files.h"
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string newJobId() {
+  std::random_device device;
+  const uint64_t id = (static_cast<uint64_t>(device()) << 32) ^ device();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
+  return text;
+}
+
+std::optional<JobState> parseState(const std::string& s) {
+  for (auto state : {JobState::Preparing, JobState::Running, JobState::Succeeded, JobState::Failed,
+                     JobState::Cancelled}) {
+    if (toString(state) == s) return state;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string toString(JobState state) {
+  switch (state) {
+    case JobState::Preparing: return "preparing";
+    case JobState::Running: return "running";
+    case JobState::Succeeded: return "succeeded";
+    case JobState::Failed: return "failed";
+    case JobState::Cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+bool isTerminal(JobState state) {
+  return state == JobState::Succeeded || state == JobState::Failed || state == JobState::Cancelled;
+}
+
+JobTable::JobTable(std::string stateDir) : stateDir_(std::move(stateDir)) {
+  makeDirectories(stateDir_ + "/jobs");
+}
+
+std::string JobTable::jobDir(const std::string& id) const { return stateDir_ + "/jobs/" + id; }
+
+void JobTable::load() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& entry : std::filesystem::directory_iterator(stateDir_ + "/jobs")) {
+    const std::string path = entry.path().string() + "/record.json";
+    try {
+      std::ifstream in(path);
+      if (!in) continue;
+      const Json doc = Json::parse(in);
+      Record r;
+      r.id = doc.at("id").get<std::string>();
+      r.specText = doc.at("spec").get<std::string>();
+      r.spec = protocol::parseJobSpec(r.specText);
+      r.state = parseState(doc.at("state").get<std::string>()).value_or(JobState::Failed);
+      r.error = doc.value("error", "");
+      r.createdAt = doc.value("created_at", 0.0);
+      r.finishedAt = doc.value("finished_at", 0.0);
+      r.evals = doc.value("evals", std::vector<Json>{});
+      std::ifstream metrics(entry.path().string() + "/metrics.jsonl");
+      for (std::string line; std::getline(metrics, line);) {
+        if (!line.empty()) r.steps.push_back(Json::parse(line));
+      }
+      if (!isTerminal(r.state)) {
+        r.state = JobState::Failed;
+        r.error = "the coordinating daemon stopped while the job was " + doc.at("state").get<std::string>();
+        r.finishedAt = now();
+        persist(r);
+      }
+      records_[r.id] = std::move(r);
+    } catch (const std::exception& e) {
+      spdlog::warn("jobs: skipped unreadable record {}: {}", path, e.what());
+    }
+  }
+  spdlog::info("jobs: loaded {} job records from {}", records_.size(), stateDir_);
+}
+
+std::string JobTable::create(const protocol::JobSpec& spec, const std::string& specText) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record r;
+  do {
+    r.id = newJobId();
+  } while (records_.count(r.id));
+  r.spec = spec;
+  r.specText = specText;
+  r.createdAt = now();
+  makeDirectories(jobDir(r.id));
+  persist(r);
+  const std::string id = r.id;
+  records_[id] = std::move(r);
+  return id;
+}
+
+JobTable::Record& JobTable::find(const std::string& id) {
+  auto it = records_.find(id);
+  if (it == records_.end()) throw Error("unknown job \"" + id + "\"");
+  return it->second;
+}
+
+const JobTable::Record& JobTable::find(const std::string& id) const {
+  return const_cast<JobTable*>(this)->find(id);
+}
+
+JobState JobTable::state(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return find(id).state;
+}
+
+Json JobTable::header(const Record& r) const {
+  return {{"id", r.id},
+          {"name", r.spec.name},
+          {"state", toString(r.state)},
+          {"error", r.error},
+          {"steps_total", r.spec.steps},
+          {"steps_done", r.steps.size()},
+          {"stages", r.spec.stages.size()},
+          {"micro_batches", r.spec.microBatches},
+          {"schedule", r.spec.schedule},
+          {"created_at", r.createdAt},
+          {"finished_at", r.finishedAt}};
+}
+
+Json JobTable::summary(const Record& r) const {
+  Json s = Json::object();
+  if (r.steps.empty()) return s;
+  double seconds = 0, bytes = 0;
+  for (const auto& step : r.steps) {
+    seconds += step["step_s"].get<double>();
+    bytes += step["bytes_sent"].get<double>();
+  }
+  const double tokensPerStep = static_cast<double>(r.spec.batchSize) * r.spec.model.seqLen;
+  s["final_loss"] = r.steps.back()["loss"];
+  s["first_loss"] = r.steps.front()["loss"];
+  s["tokens_per_s"] = tokensPerStep * r.steps.size() / seconds;
+  s["bytes_sent_total"] = bytes;
+  s["bytes_sent_per_step"] = bytes / r.steps.size();
+  s["train_seconds"] = seconds;
+  if (!r.evals.empty()) s["validation_loss"] = r.evals.back()["loss"];
+  return s;
+}
+
+Json JobTable::status(const std::string& id, size_t sinceStep) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Record& r = find(id);
+  Json job = header(r);
+  job["steps"] = Json::array();
+  for (size_t i = sinceStep; i < r.steps.size(); ++i) job["steps"].push_back(r.steps[i]);
+  job["evals"] = r.evals;
+  job["summary"] = summary(r);
+  return job;
+}
+
+Json JobTable::list() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Json jobs = Json::array();
+  for (const auto& entry : records_) jobs.push_back(header(entry.second));
+  return jobs;
+}
+
+bool JobTable::transition(const std::string& id, JobState state, const std::string& error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  if (isTerminal(r.state)) return false;
+  r.state = state;
+  if (!error.empty()) r.error = error;
+  if (isTerminal(state)) r.finishedAt = now();
+  persist(r);
+  changed_.notify_all();
+  return true;
+}
+
+void JobTable::applyReport(const Json& report) {
+  const std::string id = report.at("job").get<std::string>();
+  const int stage = report.at("stage").get<int>();
+  const std::string kind = report.at("kind").get<std::string>();
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  if (stage < 0 || stage >= static_cast<int>(r.spec.stages.size())) {
+    throw WireError("report for job " + id + " names stage " + std::to_string(stage) + ", which does not exist");
+  }
+  if (kind == "step") {
+    r.pending[report.at("step").get<int64_t>()][stage] = report;
+    completeSteps(r);
+  } else if (kind == "eval") {
+    r.evals.push_back({{"step", report.at("step")}, {"loss", report.at("loss")}});
+    persist(r);
+  } else if (kind == "done") {
+    ++r.stagesDone;
+  } else if (kind == "failed") {
+    if (!isTerminal(r.state)) {
+      r.state = JobState::Failed;
+      r.error = "stage " + std::to_string(stage) + " (" + r.spec.stages[stage].daemon +
+                "): " + report.value("error", "failed");
+      r.finishedAt = now();
+      persist(r);
+    }
+  } else {
+    throw WireError("report kind \"" + kind + "\" is unknown");
+  }
+  changed_.notify_all();
+}
+
+// A step row is complete once every stage has reported it; rows complete in step order.
+void JobTable::completeSteps(Record& r) {
+  const size_t stages = r.spec.stages.size();
+  while (!r.pending.empty() && r.pending.begin()->second.size() == stages &&
+         r.pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
+    const auto& reports = r.pending.begin()->second;
+    double stepSeconds = 0, bytes = 0;
+    Json compute = Json::array();
+    for (const auto& entry : reports) {
+      stepSeconds = std::max(stepSeconds, entry.second.at("step_s").get<double>());
+      bytes += entry.second.at("bytes_sent").get<double>();
+      compute.push_back(entry.second.at("compute_s"));
+    }
+    const double tokens = static_cast<double>(r.spec.batchSize) * r.spec.model.seqLen;
+    Json row = {{"step", r.pending.begin()->first},
+                {"loss", reports.at(static_cast<int>(stages) - 1).at("loss")},
+                {"step_s", stepSeconds},
+                {"tokens_per_s", stepSeconds > 0 ? tokens / stepSeconds : 0.0},
+                {"bytes_sent", bytes},
+                {"compute_s", compute}};
+    appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump());
+    r.steps.push_back(std::move(row));
+    r.pending.erase(r.pending.begin());
+  }
+}
+
+bool JobTable::waitForEnd(const std::string& id, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  const int stages = static_cast<int>(r.spec.stages.size());
+  changed_.wait_for(lock, timeout, [&] { return isTerminal(r.state) || r.stagesDone == stages; });
+  return r.stagesDone == stages;
+}
+
+void JobTable::persist(const Record& r) const {
+  Json doc = header(r);
+  doc["spec"] = r.specText;
+  doc["evals"] = r.evals;
+  doc["summary"] = summary(r);
+  writeFileAtomic(jobDir(r.id) + "/record.json", doc.dump(2));
+}
+
+}  // namespace skytrain::daemon

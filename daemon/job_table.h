@@ -1,0 +1,80 @@
+// JobTable: the coordinator's records of the jobs submitted to this daemon — state,
+// per-step metrics aggregated over stages, validation losses — persisted under
+// <state_dir>/jobs/<id>/ (record.json, metrics.jsonl). Shared by the control thread
+// (requests, stage reports) and the coordinator threads, behind one mutex.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/protocol/job_spec.h"
+
+namespace skytrain::daemon {
+
+using Json = nlohmann::json;
+
+enum class JobState { Preparing, Running, Succeeded, Failed, Cancelled };
+std::string toString(JobState state);
+bool isTerminal(JobState state);
+
+class JobTable {
+ public:
+  explicit JobTable(std::string stateDir);
+
+  // Loads the records under state_dir; a job that was not finished when the daemon
+  // stopped is marked failed, its metrics kept. Unreadable records are skipped (logged).
+  void load();
+
+  std::string create(const protocol::JobSpec& spec, const std::string& specText);
+  std::string jobDir(const std::string& id) const;
+
+  // Throws skytrain::Error if the job is unknown.
+  Json status(const std::string& id, size_t sinceStep) const;
+  Json list() const;
+  JobState state(const std::string& id) const;
+
+  // Moves a job to `state` unless it is already terminal (then returns false).
+  bool transition(const std::string& id, JobState state, const std::string& error = "");
+  // Applies a one-way stage.report message (step, eval, done or failed).
+  void applyReport(const Json& report);
+
+  // Blocks until the job is terminal or all of its stages reported done, or timeout.
+  // Returns true if all stages are done.
+  bool waitForEnd(const std::string& id, std::chrono::milliseconds timeout);
+
+ private:
+  struct Record {
+    std::string id;
+    protocol::JobSpec spec;
+    std::string specText;
+    JobState state = JobState::Preparing;
+    std::string error;
+    double createdAt = 0;
+    double finishedAt = 0;
+    int stagesDone = 0;
+    std::vector<Json> steps;
+    std::vector<Json> evals;
+    std::map<int64_t, std::map<int, Json>> pending;  // step -> stage -> report
+  };
+
+  Record& find(const std::string& id);
+  const Record& find(const std::string& id) const;
+  Json summary(const Record& r) const;
+  Json header(const Record& r) const;
+  void persist(const Record& r) const;
+  void completeSteps(Record& r);
+
+  std::string stateDir_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, Record> records_;
+};
+
+}  // namespace skytrain::daemon

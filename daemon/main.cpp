@@ -1,0 +1,50 @@
+// skytraind: one per cluster, run by systemd (Type=notify).
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
+#include <torch/torch.h>
+
+#include <csignal>
+
+#include "daemon/blas_info.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+
+namespace {
+skytrain::daemon::Daemon* gDaemon = nullptr;
+void onSignal(int) {
+  if (gDaemon) gDaemon->stop();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"skytraind: the skytrain daemon (one per cluster)"};
+  std::string configPath = "/etc/skytrain/skytraind.json";
+  app.add_option("-c,--config", configPath, "daemon config file (JSON)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const auto config = skytrain::daemon::loadDaemonConfig(configPath);
+    spdlog::set_level(spdlog::level::from_str(config.logLevel));
+    if (config.torchThreads > 0) torch::set_num_threads(config.torchThreads);
+    torch::mm(torch::ones({2, 2}), torch::ones({2, 2}));  // loads the BLAS
+    const auto blas = skytrain::daemon::detectBlas();
+    spdlog::info("BLAS: {} ({}), torch threads {}", blas.name, blas.path.empty() ? "not found" : blas.path,
+                 torch::get_num_threads());
+    if (blas.isReference()) {
+      spdlog::warn("BLAS is the slow reference implementation: matrix products run 15-30x slower. "
+                   "Install libopenblas0-pthread (deploy/install-deps.sh does).");
+    }
+    skytrain::daemon::Daemon daemon(config);
+    gDaemon = &daemon;
+    std::signal(SIGTERM, onSignal);
+    std::signal(SIGINT, onSignal);
+    sd_notify(0, "READY=1");
+    daemon.run();
+    sd_notify(0, "STOPPING=1");
+    gDaemon = nullptr;
+  } catch (const std::exception& e) {
+    spdlog::critical("skytraind: {}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,234 @@
+#include "daemon/pipeline_runner.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "compression/codec_registry.h"
+#include "scheduler/error.h"
+#include "stages/gpt.h"
+
+namespace skytrain::daemon {
+namespace {
+
+using compression::FrameDirection;
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
+  stages::GptConfig c;
+  c.vocabSize = m.vocabSize;
+  c.dModel = m.dModel;
+  c.heads = m.heads;
+  c.layers = m.layers;
+  c.dFf = m.dFf;
+  c.seqLen = m.seqLen;
+  c.dropout = m.dropout;
+  return c;
+}
+
+// Adds the time of a scope to a counter.
+class Timed {
+ public:
+  explicit Timed(double& total) : total_(total), start_(Clock::now()) {}
+  ~Timed() { total_ += secondsSince(start_); }
+
+ private:
+  double& total_;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
+PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey)
+    : spec_(spec), stage_(stage), jobKey_(jobKey) {
+  const auto kind = scheduler::parseScheduleKind(spec.schedule);
+  if (!kind) throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\"");
+  schedule_ = scheduler::makeSchedule(*kind, static_cast<int>(spec.stages.size()), spec.microBatches);
+  const auto& range = spec.stages.at(stage);
+  model_ = stages::makeGptStage(gptConfig(spec.model), range.firstLayer, range.lastLayer, spec.seed);
+  if (isFirst() || isLast()) {
+    stages::TextDataOptions options;
+    options.files = spec.data.files;
+    options.sentencepieceModel = spec.data.sentencepieceModel;
+    options.validationFraction = spec.data.validationFraction;
+    options.seqLen = spec.model.seqLen;
+    options.seed = spec.seed;
+    data_ = std::make_unique<stages::TextDataSource>(options);
+    if (data_->tokenizer().vocabSize() > spec.model.vocabSize) {
+      throw SpecError("$.model.vocab_size", std::to_string(spec.model.vocabSize) + " is smaller than tokenizer " +
+                                                data_->tokenizer().name() + "'s " +
+                                                std::to_string(data_->tokenizer().vocabSize()));
+    }
+  }
+  const auto& o = spec.optimizer;
+  optimizer_ = std::make_unique<torch::optim::AdamW>(
+      model_->parameters(),
+      torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay));
+  forwardCodec_ = compression::builtinCodecs().make(spec.compression.forward);
+  backwardCodec_ = compression::builtinCodecs().make(spec.compression.backward);
+}
+
+PipelineRunner::~PipelineRunner() = default;
+
+void PipelineRunner::connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next) {
+  SKYTRAIN_CHECK(isFirst() == !previous && isLast() == !next, "links do not match stage " << stage_);
+  previous_ = std::move(previous);
+  next_ = std::move(next);
+}
+
+uint64_t PipelineRunner::bytesSent() const {
+  return (previous_ ? previous_->bytesSent() : 0) + (next_ ? next_->bytesSent() : 0);
+}
+
+StepStats PipelineRunner::runStep(uint64_t step) {
+  const auto start = Clock::now();
+  const uint64_t bytesBefore = bytesSent();
+  computeSeconds_ = 0;
+  StepStats stats;
+  double lossSum = 0;
+  for (const auto& op : schedule_.ops[stage_]) {
+    if (op.kind == scheduler::OpKind::Forward) {
+      forward(step, op.microBatch, lossSum);
+    } else {
+      backward(step, op.microBatch);
+    }
+  }
+  {
+    Timed timed(computeSeconds_);
+    optimizer_->step();
+    optimizer_->zero_grad();
+  }
+  SKYTRAIN_CHECK(model_->inFlight() == 0, "micro-batches left in flight after step " << step);
+  stats.loss = isLast() ? lossSum / spec_.microBatches : std::nan("");
+  stats.computeSeconds = computeSeconds_;
+  stats.bytesSent = bytesSent() - bytesBefore;
+  stats.stepSeconds = secondsSince(start);
+  return stats;
+}
+
+void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
+  const int b = spec_.microBatchSize();
+  stages::TokenBatch batch;
+  if (data_) batch = data_->trainBatch(step, microBatch * b, b);
+  const at::Tensor input = isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Forward, step, microBatch);
+  at::Tensor output;
+  {
+    Timed timed(computeSeconds_);
+    output = model_->forward(microBatch, input);
+    if (isLast()) {
+      // The stage keeps the graph; the loss's gradient w.r.t. the logits is taken here and
+      // fed to backward() when the schedule reaches B(microBatch).
+      at::Tensor logits = output.requires_grad_(true);
+      at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                             batch.targets.reshape({-1}));
+      (loss / spec_.microBatches).backward();
+      lossGradients_[microBatch] = logits.grad();
+      lossSum += loss.item<double>();
+      return;
+    }
+  }
+  transmit(*next_, *forwardCodec_, FrameDirection::Forward, step, microBatch, stage_ + 1, output);
+}
+
+void PipelineRunner::backward(uint64_t step, int microBatch) {
+  at::Tensor grad;
+  if (isLast()) {
+    grad = lossGradients_.at(microBatch);
+    lossGradients_.erase(microBatch);
+  } else {
+    grad = receive(*next_, FrameDirection::Backward, step, microBatch);
+  }
+  at::Tensor gradInput;
+  {
+    Timed timed(computeSeconds_);
+    gradInput = model_->backward(microBatch, grad);
+  }
+  if (!isFirst()) {
+    transmit(*previous_, *backwardCodec_, FrameDirection::Backward, step, microBatch, stage_ - 1, gradInput);
+  }
+}
+
+std::optional<double> PipelineRunner::runEval(uint64_t step) {
+  const int b = spec_.microBatchSize();
+  const int samples = spec_.eval.samples;
+  double lossSum = 0;
+  int64_t tokens = 0;
+  for (int chunk = 0; chunk * b < samples; ++chunk) {
+    const int count = std::min(b, samples - chunk * b);
+    stages::TokenBatch batch;
+    if (data_) batch = data_->validationBatch(chunk * b, count);
+    const at::Tensor input = isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Eval, step, chunk);
+    const at::Tensor output = model_->infer(input);
+    if (isLast()) {
+      lossSum += torch::nn::functional::cross_entropy(
+                     output.reshape({-1, output.size(-1)}), batch.targets.reshape({-1}),
+                     torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                     .item<double>();
+      tokens += batch.targets.numel();
+    } else {
+      transmit(*next_, *forwardCodec_, FrameDirection::Eval, step, chunk, stage_ + 1, output);
+    }
+  }
+  if (!isLast()) return std::nullopt;
+  return lossSum / static_cast<double>(tokens);
+}
+
+at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uint64_t step, int microBatch) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.peerTimeoutS);
+  const int from = direction == FrameDirection::Backward ? stage_ + 1 : stage_ - 1;
+  while (true) {
+    if (aborted_()) throw Aborted{};
+    auto frame = link.recv(std::chrono::milliseconds(50));
+    if (!frame) {
+      if (Clock::now() > deadline) {
+        throw PeerError("no " + compression::toString(direction) + " frame of step " + std::to_string(step) +
+                        " micro-batch " + std::to_string(microBatch) + " from stage " + std::to_string(from) +
+                        " within " + std::to_string(spec_.peerTimeoutS) + " s");
+      }
+      continue;
+    }
+    if (frame->direction != direction || frame->step != step || frame->microBatch != static_cast<uint32_t>(microBatch)) {
+      throw WireError("stage " + std::to_string(from) + " sent " + compression::toString(frame->direction) +
+                      " frame step " + std::to_string(frame->step) + " micro-batch " +
+                      std::to_string(frame->microBatch) + " while " + compression::toString(direction) +
+                      " step " + std::to_string(step) + " micro-batch " + std::to_string(microBatch) +
+                      " was expected");
+    }
+    Timed timed(computeSeconds_);
+    return decoderFor(frame->tensor.codec).decode(frame->tensor);
+  }
+}
+
+void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDirection direction, uint64_t step,
+                              int microBatch, uint16_t toStage, const at::Tensor& tensor) {
+  compression::TensorFrame frame;
+  frame.job = jobKey_;
+  frame.step = step;
+  frame.microBatch = static_cast<uint32_t>(microBatch);
+  frame.stage = toStage;
+  frame.direction = direction;
+  {
+    Timed timed(computeSeconds_);
+    frame.tensor = codec.encode(tensor);
+  }
+  link.send(frame);
+}
+
+compression::Codec& PipelineRunner::decoderFor(const std::string& spec) {
+  auto& codec = decoders_[spec];
+  if (!codec) codec = compression::builtinCodecs().make(spec);
+  return *codec;
+}
+
+std::string PipelineRunner::serializedState() const {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, tensor] : model_->stateDict()) dict.insert(name, tensor.detach().clone());
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace skytrain::daemon

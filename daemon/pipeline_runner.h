@@ -1,0 +1,85 @@
+// PipelineRunner: runs one stage of a job step by step — the schedule's forward and
+// backward ops, frames to and from the neighbours, the loss on the last stage, the
+// synchronous AdamW step — and validation passes. Used by one stage worker thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "compression/codec.h"
+#include "daemon/peer_link.h"
+#include "daemon/protocol/job_spec.h"
+#include "scheduler/schedule.h"
+#include "stages/stage.h"
+#include "stages/text_data.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace skytrain::daemon {
+
+struct StepStats {
+  double loss = 0;            // mean over micro-batches (last stage only, else NaN)
+  double stepSeconds = 0;     // wall time of the step on this stage
+  double computeSeconds = 0;  // forward, backward, loss, optimizer and codec time
+  uint64_t bytesSent = 0;     // frame bytes this stage sent during the step
+};
+
+// Thrown out of a wait when the worker is told to stop.
+struct Aborted {};
+
+class PipelineRunner {
+ public:
+  // Builds the stage (weights from the job seed), the data source when this stage needs
+  // tokens (first: inputs, last: targets), the optimizer and the codecs.
+  PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey);
+  ~PipelineRunner();
+
+  // Links to the neighbours; null at the pipeline's ends.
+  void connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next);
+  // Polled while waiting for frames; returning true throws Aborted.
+  void setAbortCheck(std::function<bool()> check) { aborted_ = std::move(check); }
+
+  StepStats runStep(uint64_t step);
+  // Validation pass after `step`; the mean token loss on the last stage, else nullopt.
+  std::optional<double> runEval(uint64_t step);
+
+  bool isFirst() const { return stage_ == 0; }
+  bool isLast() const { return stage_ == static_cast<int>(spec_.stages.size()) - 1; }
+  const stages::Stage& stage() const { return *model_; }
+  // The stage's parameters as a pickled {name: tensor} dict (torch.load reads it).
+  std::string serializedState() const;
+
+ private:
+  void forward(uint64_t step, int microBatch, double& lossSum);
+  void backward(uint64_t step, int microBatch);
+  at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch);
+  void transmit(PeerLink& link, compression::Codec& codec, compression::FrameDirection direction,
+                uint64_t step, int microBatch, uint16_t toStage, const at::Tensor& tensor);
+  compression::Codec& decoderFor(const std::string& spec);
+  uint64_t bytesSent() const;
+
+  protocol::JobSpec spec_;
+  int stage_;
+  uint64_t jobKey_;
+  scheduler::Schedule schedule_;
+  std::unique_ptr<stages::Stage> model_;
+  std::unique_ptr<stages::TextDataSource> data_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<compression::Codec> forwardCodec_;
+  std::unique_ptr<compression::Codec> backwardCodec_;
+  std::map<std::string, std::unique_ptr<compression::Codec>> decoders_;
+  std::unique_ptr<PeerLink> previous_;
+  std::unique_ptr<PeerLink> next_;
+  std::map<int, at::Tensor> lossGradients_;  // last stage: d(loss/m)/d(logits) per micro-batch
+  std::function<bool()> aborted_ = [] { return false; };
+  double computeSeconds_ = 0;
+};
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,156 @@
+#include "daemon/protocol/job_spec.h"
+
+#include "daemon/protocol/json_reader.h"
+#include "scheduler/error.h"
+
+namespace skytrain::protocol {
+namespace {
+
+using nlohmann::json;
+constexpr int64_t kBig = 1 << 30;
+
+ModelSpec parseModel(ObjectReader r) {
+  ModelSpec m;
+  m.kind = r.string("kind", m.kind);
+  if (m.kind != "gpt") throw SpecError(r.pathOf("kind"), "unknown model kind \"" + m.kind + "\" (valid: gpt)");
+  m.vocabSize = static_cast<int>(r.integer("vocab_size", m.vocabSize, 2, 1 << 20));
+  m.dModel = static_cast<int>(r.integer("d_model", m.dModel, 1, 1 << 16));
+  m.heads = static_cast<int>(r.integer("heads", m.heads, 1, 1024));
+  m.layers = static_cast<int>(r.integer("layers", m.layers, 1, 4096));
+  m.dFf = static_cast<int>(r.integer("d_ff", m.dFf, 1, 1 << 18));
+  m.seqLen = static_cast<int>(r.integer("seq_len", m.seqLen, 1, 1 << 16));
+  m.dropout = r.number("dropout", m.dropout, 0.0, 0.99);
+  r.finish();
+  if (m.dModel % m.heads != 0) {
+    throw SpecError(r.pathOf("heads"), "d_model " + std::to_string(m.dModel) + " is not divisible by heads " +
+                                           std::to_string(m.heads));
+  }
+  return m;
+}
+
+DataSpec parseData(ObjectReader r) {
+  DataSpec d;
+  d.files = r.strings("files", std::nullopt);
+  if (d.files.empty()) throw SpecError(r.pathOf("files"), "needs at least one file");
+  d.sentencepieceModel = r.string("sentencepiece_model", "");
+  d.validationFraction = r.number("validation_fraction", d.validationFraction, 1e-6, 0.5);
+  r.finish();
+  return d;
+}
+
+OptimizerSpec parseOptimizer(ObjectReader r) {
+  OptimizerSpec o;
+  const std::string kind = r.string("kind", "adamw");
+  if (kind != "adamw") throw SpecError(r.pathOf("kind"), "unknown optimizer \"" + kind + "\" (valid: adamw)");
+  o.lr = r.number("lr", o.lr, 0.0, 10.0);
+  o.beta1 = r.number("beta1", o.beta1, 0.0, 0.999999);
+  o.beta2 = r.number("beta2", o.beta2, 0.0, 0.999999);
+  o.eps = r.number("eps", o.eps, 1e-12, 1.0);
+  o.weightDecay = r.number("weight_decay", o.weightDecay, 0.0, 10.0);
+  r.finish();
+  return o;
+}
+
+CompressionSpec parseCompression(ObjectReader r) {
+  CompressionSpec c;
+  c.forward = r.string("forward", c.forward);
+  c.backward = r.string("backward", c.backward);
+  r.finish();
+  return c;
+}
+
+EvalSpec parseEval(ObjectReader r) {
+  EvalSpec e;
+  e.interval = static_cast<int>(r.integer("interval", e.interval, 0, kBig));
+  e.samples = static_cast<int>(r.integer("samples", e.samples, 1, 1 << 20));
+  r.finish();
+  return e;
+}
+
+StageSpec parseStage(ObjectReader r, int modelLayers) {
+  StageSpec s;
+  s.daemon = r.string("daemon", std::nullopt);
+  if (s.daemon.rfind("tcp://", 0) != 0 && s.daemon.rfind("ipc://", 0) != 0) {
+    throw SpecError(r.pathOf("daemon"), "\"" + s.daemon + "\" is not a tcp:// or ipc:// endpoint");
+  }
+  const json* layers = r.child("layers", true);
+  const std::string path = r.pathOf("layers");
+  if (!layers->is_array() || layers->size() != 2 || !(*layers)[0].is_number_integer() ||
+      !(*layers)[1].is_number_integer()) {
+    throw SpecError(path, "expected [first, end] (two integers), got " + describe(*layers));
+  }
+  s.firstLayer = (*layers)[0].get<int>();
+  s.lastLayer = (*layers)[1].get<int>();
+  if (s.firstLayer < 0 || s.lastLayer <= s.firstLayer || s.lastLayer > modelLayers) {
+    throw SpecError(path, "range " + describe(*layers) + " must satisfy 0 <= first < end <= model.layers (" +
+                              std::to_string(modelLayers) + ")");
+  }
+  r.finish();
+  return s;
+}
+
+// Ranges must tile [0, layers) in order: each starts where the previous ended.
+void checkTiling(const std::vector<StageSpec>& stages, int modelLayers) {
+  int expected = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const auto& s = stages[i];
+    const std::string path = "$.stages[" + std::to_string(i) + "].layers";
+    const std::string range = "[" + std::to_string(s.firstLayer) + ", " + std::to_string(s.lastLayer) + "]";
+    if (s.firstLayer < expected) {
+      throw SpecError(path, "range " + range + " overlaps the previous stage, which ends at layer " +
+                                std::to_string(expected));
+    }
+    if (s.firstLayer > expected) {
+      throw SpecError(path, "range " + range + " leaves a gap: layers " + std::to_string(expected) + ".." +
+                                std::to_string(s.firstLayer - 1) + " belong to no stage");
+    }
+    expected = s.lastLayer;
+  }
+  if (expected != modelLayers) {
+    throw SpecError("$.stages", "the stages cover layers [0, " + std::to_string(expected) + ") but the model has " +
+                                    std::to_string(modelLayers) + " layers");
+  }
+}
+
+}  // namespace
+
+JobSpec parseJobSpec(const std::string& text) {
+  const json document = parseBoundedJson(text, kMaxSpecBytes, kMaxSpecDepth);
+  ObjectReader r(document, "$");
+  JobSpec spec;
+  spec.name = r.string("name", spec.name);
+  if (spec.name.empty() || spec.name.size() > 128) throw SpecError("$.name", "must be 1..128 characters");
+  spec.seed = static_cast<uint64_t>(r.integer("seed", 0, 0, INT64_MAX));
+  spec.steps = static_cast<int>(r.integer("steps", spec.steps, 1, kBig));
+  spec.batchSize = static_cast<int>(r.integer("batch_size", spec.batchSize, 1, 1 << 20));
+  spec.microBatches = static_cast<int>(r.integer("micro_batches", spec.microBatches, 1, 1 << 20));
+  if (spec.batchSize % spec.microBatches != 0) {
+    throw SpecError("$.micro_batches", std::to_string(spec.microBatches) + " does not divide batch_size " +
+                                           std::to_string(spec.batchSize));
+  }
+  spec.schedule = r.string("schedule", spec.schedule);
+  if (spec.schedule != "gpipe" && spec.schedule != "1f1b") {
+    throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\" (valid: gpipe, 1f1b)");
+  }
+  spec.peerTimeoutS = r.number("peer_timeout_s", spec.peerTimeoutS, 0.1, 86400);
+  spec.model = parseModel(ObjectReader(*r.child("model", true), "$.model"));
+  spec.data = parseData(ObjectReader(*r.child("data", true), "$.data"));
+  if (const json* o = r.child("optimizer", false)) spec.optimizer = parseOptimizer(ObjectReader(*o, "$.optimizer"));
+  if (const json* c = r.child("compression", false)) {
+    spec.compression = parseCompression(ObjectReader(*c, "$.compression"));
+  }
+  if (const json* e = r.child("eval", false)) spec.eval = parseEval(ObjectReader(*e, "$.eval"));
+  const json* stages = r.child("stages", true);
+  if (!stages->is_array() || stages->empty() || stages->size() > 64) {
+    throw SpecError("$.stages", "expected an array of 1..64 stages, got " + describe(*stages));
+  }
+  for (size_t i = 0; i < stages->size(); ++i) {
+    spec.stages.push_back(parseStage(ObjectReader((*stages)[i], "$.stages[" + std::to_string(i) + "]"),
+                                     spec.model.layers));
+  }
+  checkTiling(spec.stages, spec.model.layers);
+  r.finish();
+  return spec;
+}
+
+}  // namespace skytrain::protocol

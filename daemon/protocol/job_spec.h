@@ -1,0 +1,79 @@
+// JobSpec: what a user submits, parsed and validated once, at the edge.
+// The README's "Job spec reference" documents every field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace skytrain::protocol {
+
+struct StageSpec {
+  std::string daemon;  // control endpoint of the daemon hosting the stage
+  int firstLayer = 0;  // blocks [firstLayer, lastLayer)
+  int lastLayer = 0;
+};
+
+struct ModelSpec {
+  std::string kind = "gpt";
+  int vocabSize = 256;
+  int dModel = 128;
+  int heads = 4;
+  int layers = 4;
+  int dFf = 512;
+  int seqLen = 64;
+  double dropout = 0.0;
+};
+
+struct DataSpec {
+  std::vector<std::string> files;
+  std::string sentencepieceModel;  // empty: byte-level tokenizer
+  double validationFraction = 0.05;
+};
+
+struct OptimizerSpec {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weightDecay = 0.01;
+};
+
+struct CompressionSpec {
+  std::string forward = "none";
+  std::string backward = "none";
+};
+
+struct EvalSpec {
+  int interval = 0;  // steps between validation passes; 0: only after the last step
+  int samples = 64;  // validation sequences per pass
+};
+
+struct JobSpec {
+  std::string name = "job";
+  uint64_t seed = 0;
+  int steps = 100;
+  int batchSize = 16;
+  int microBatches = 1;
+  std::string schedule = "1f1b";  // "gpipe" or "1f1b"
+  ModelSpec model;
+  DataSpec data;
+  OptimizerSpec optimizer;
+  CompressionSpec compression;
+  EvalSpec eval;
+  double peerTimeoutS = 120;  // longest wait for a neighbour's frame before the job fails
+  std::vector<StageSpec> stages;
+
+  int microBatchSize() const { return batchSize / microBatches; }
+};
+
+constexpr size_t kMaxSpecBytes = 1 << 20;
+constexpr int kMaxSpecDepth = 16;
+
+// Parses and validates a job spec. Throws skytrain::SpecError naming the JSON path and the
+// bad value on: invalid JSON, size or depth over the caps, unknown keys, wrong types,
+// out-of-range values, a batch not divisible by micro_batches, stage layer ranges that
+// overlap, leave a gap or miss the model's ends.
+JobSpec parseJobSpec(const std::string& text);
+
+}  // namespace skytrain::protocol

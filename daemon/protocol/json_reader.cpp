@@ -1,0 +1,109 @@
+#include "daemon/protocol/json_reader.h"
+
+#include "scheduler/error.h"
+
+namespace skytrain::protocol {
+
+using nlohmann::json;
+
+json parseBoundedJson(const std::string& text, size_t maxBytes, int maxDepth) {
+  if (text.size() > maxBytes) {
+    throw SpecError("$", "document is " + std::to_string(text.size()) + " bytes, the limit is " +
+                             std::to_string(maxBytes));
+  }
+  json::parser_callback_t depthCheck = [maxDepth](int depth, json::parse_event_t, json&) {
+    if (depth > maxDepth) throw SpecError("$", "nested deeper than " + std::to_string(maxDepth) + " levels");
+    return true;
+  };
+  try {
+    return json::parse(text, depthCheck);
+  } catch (const json::parse_error& e) {
+    throw SpecError("$", std::string("not valid JSON: ") + e.what());
+  }
+}
+
+std::string describe(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+ObjectReader::ObjectReader(const json& value, std::string path) : value_(value), path_(std::move(path)) {
+  if (!value_.is_object()) throw SpecError(path_, "expected an object, got " + describe(value_));
+}
+
+bool ObjectReader::has(const std::string& key) const { return value_.contains(key); }
+
+const json* ObjectReader::lookup(const std::string& key, bool required) {
+  read_.insert(key);
+  auto it = value_.find(key);
+  if (it == value_.end()) {
+    if (required) throw SpecError(pathOf(key), "required field is missing");
+    return nullptr;
+  }
+  return &*it;
+}
+
+const json* ObjectReader::child(const std::string& key, bool required) { return lookup(key, required); }
+
+int64_t ObjectReader::integer(const std::string& key, std::optional<int64_t> fallback, int64_t min, int64_t max) {
+  const json* v = lookup(key, !fallback);
+  if (!v) return *fallback;
+  if (!v->is_number_integer()) throw SpecError(pathOf(key), "expected an integer, got " + describe(*v));
+  const bool isUnsigned = v->is_number_unsigned();
+  const int64_t x = isUnsigned && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : v->get<int64_t>();
+  if (x < min || x > max) {
+    throw SpecError(pathOf(key), "value " + describe(*v) + " is out of range [" + std::to_string(min) +
+                                     ", " + std::to_string(max) + "]");
+  }
+  return x;
+}
+
+double ObjectReader::number(const std::string& key, std::optional<double> fallback, double min, double max) {
+  const json* v = lookup(key, !fallback);
+  if (!v) return *fallback;
+  if (!v->is_number()) throw SpecError(pathOf(key), "expected a number, got " + describe(*v));
+  const double x = v->get<double>();
+  if (!(x >= min && x <= max)) {
+    throw SpecError(pathOf(key), "value " + describe(*v) + " is out of range [" + json(min).dump() + ", " +
+                                     json(max).dump() + "]");
+  }
+  return x;
+}
+
+std::string ObjectReader::string(const std::string& key, std::optional<std::string> fallback) {
+  const json* v = lookup(key, !fallback);
+  if (!v) return *fallback;
+  if (!v->is_string()) throw SpecError(pathOf(key), "expected a string, got " + describe(*v));
+  return v->get<std::string>();
+}
+
+bool ObjectReader::boolean(const std::string& key, std::optional<bool> fallback) {
+  const json* v = lookup(key, !fallback);
+  if (!v) return *fallback;
+  if (!v->is_boolean()) throw SpecError(pathOf(key), "expected true or false, got " + describe(*v));
+  return v->get<bool>();
+}
+
+std::vector<std::string> ObjectReader::strings(const std::string& key,
+                                               std::optional<std::vector<std::string>> fallback) {
+  const json* v = lookup(key, !fallback);
+  if (!v) return *fallback;
+  if (!v->is_array()) throw SpecError(pathOf(key), "expected an array of strings, got " + describe(*v));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_string()) {
+      throw SpecError(pathOf(key) + "[" + std::to_string(i) + "]", "expected a string, got " + describe((*v)[i]));
+    }
+    out.push_back((*v)[i].get<std::string>());
+  }
+  return out;
+}
+
+void ObjectReader::finish() const {
+  for (auto it = value_.begin(); it != value_.end(); ++it) {
+    if (!read_.count(it.key())) throw SpecError(pathOf(it.key()), "unknown field");
+  }
+}
+
+}  // namespace skytrain::protocol

@@ -1,0 +1,52 @@
+// ObjectReader: reads one JSON object field by field, tracking the JSON path, so every
+// validation error names the exact field ("$.stages[1].layers") and the bad value.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace skytrain::protocol {
+
+// Parses text as JSON; refuses inputs over maxBytes or nested deeper than maxDepth with
+// skytrain::SpecError at path "$".
+nlohmann::json parseBoundedJson(const std::string& text, size_t maxBytes, int maxDepth);
+
+// Short rendering of a JSON value for error messages.
+std::string describe(const nlohmann::json& value);
+
+class ObjectReader {
+ public:
+  // Throws SpecError when value is not an object.
+  ObjectReader(const nlohmann::json& value, std::string path);
+
+  const std::string& path() const { return path_; }
+  std::string pathOf(const std::string& key) const { return path_ + "." + key; }
+  bool has(const std::string& key) const;
+
+  // Each getter marks the key as read. A missing optional key yields the default;
+  // a present key of the wrong type or out of range throws SpecError.
+  int64_t integer(const std::string& key, std::optional<int64_t> fallback, int64_t min, int64_t max);
+  double number(const std::string& key, std::optional<double> fallback, double min, double max);
+  std::string string(const std::string& key, std::optional<std::string> fallback);
+  bool boolean(const std::string& key, std::optional<bool> fallback);
+  std::vector<std::string> strings(const std::string& key, std::optional<std::vector<std::string>> fallback);
+  // The raw value of a key (marked read), or nullptr if absent and optional.
+  const nlohmann::json* child(const std::string& key, bool required);
+
+  // Throws SpecError naming the first key no getter asked for.
+  void finish() const;
+
+ private:
+  const nlohmann::json* lookup(const std::string& key, bool required);
+
+  const nlohmann::json& value_;
+  std::string path_;
+  std::set<std::string> read_;
+};
+
+}  // namespace skytrain::protocol

@@ -1,0 +1,58 @@
+// StageWorker: the thread that runs one hosted stage of one job, from building the model
+// to saving its weights, and reports each step to the job's coordinator.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/mailbox.h"
+#include "daemon/protocol/job_spec.h"
+
+namespace skytrain::daemon {
+
+struct StageAssignment {
+  std::string jobId;
+  uint64_t jobKey = 0;  // jobId as the 64-bit id in frames
+  int stage = 0;
+  protocol::JobSpec spec;
+  std::string coordinator;  // control endpoint that receives stage.report messages
+  std::string jobDir;       // where this stage writes its weights
+};
+
+class StageWorker {
+ public:
+  // Starts the thread, which builds the stage and then waits for start().
+  StageWorker(zmq::context_t& context, StageAssignment assignment, std::shared_ptr<Mailbox> mailbox);
+  ~StageWorker();  // aborts and joins
+
+  // Gives the neighbours' data endpoints ("" at the pipeline's ends) and lets the run begin.
+  void start(const std::string& previousData, const std::string& nextData);
+  void abort();
+  bool finished() const { return finished_.load(); }
+  const StageAssignment& assignment() const { return assignment_; }
+
+ private:
+  void run();
+  bool waitForStart();
+
+  zmq::context_t& context_;
+  StageAssignment assignment_;
+  std::shared_ptr<Mailbox> mailbox_;
+  std::mutex mutex_;  // guards the start signal and the endpoints below
+  std::condition_variable startSignal_;
+  bool started_ = false;
+  std::string previousData_;
+  std::string nextData_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> finished_{false};
+  std::thread thread_;  // owns the stage, its optimizer, data and sockets
+};
+
+}  // namespace skytrain::daemon
