@@ -78,8 +78,7 @@ Daemon::~Daemon() {
 
 void Daemon::run() {
   while (!stopping_) {
-    zmq::pollitem_t item{static_cast<void*>(control_), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) > 0) {
+    if (protocol::waitReadable(control_, std::chrono::milliseconds(100))) {
       std::vector<zmq::message_t> parts;
       if (zmq::recv_multipart(control_, std::back_inserter(parts), zmq::recv_flags::dontwait) && parts.size() == 2) {
         Json request, reply;

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "daemon/protocol/control.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -46,8 +47,7 @@ void DataRouter::close(uint64_t job, uint16_t stage) {
 
 void DataRouter::run() {
   while (!stopping_) {
-    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
+    if (!protocol::waitReadable(socket_, std::chrono::milliseconds(100))) continue;
     std::vector<zmq::message_t> parts;
     if (!zmq::recv_multipart(socket_, std::back_inserter(parts), zmq::recv_flags::dontwait)) continue;
     if (parts.size() != 3) {  // routing id, header, payload

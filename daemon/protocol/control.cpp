@@ -4,6 +4,16 @@
 
 namespace skytrain::protocol {
 
+bool waitReadable(zmq::socket_t& socket, std::chrono::milliseconds timeout) {
+  zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
+  try {
+    return zmq::poll(&item, 1, timeout) > 0;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return false;
+    throw;
+  }
+}
+
 Json errorReply(const std::string& message, const std::string& path) {
   Json reply = {{"ok", false}, {"error", message}};
   if (!path.empty()) reply["path"] = path;
@@ -49,8 +59,8 @@ Json ControlClient::request(Json message, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    zmq::pollitem_t item{static_cast<void*>(*socket_), 0, ZMQ_POLLIN, 0};
-    if (left.count() <= 0 || zmq::poll(&item, 1, left) == 0) {
+    if (left.count() <= 0 || !waitReadable(*socket_, left)) {
+      if (std::chrono::steady_clock::now() < deadline) continue;  // interrupted by a signal
       socket_->set(zmq::sockopt::linger, 0);
       connect();
       throw PeerError("no reply from " + endpoint_ + " to \"" + message.value("type", "?") + "\" within " +

@@ -27,6 +27,9 @@ inline constexpr const char* kStageReport = "stage.report";  // one-way, no repl
 
 constexpr size_t kMaxControlMessageBytes = 4 << 20;
 
+// True when the socket has a message within timeout; a signal (EINTR) counts as "not yet".
+bool waitReadable(zmq::socket_t& socket, std::chrono::milliseconds timeout);
+
 // Builds {"ok": false, "error": message} (plus "path" when given).
 Json errorReply(const std::string& message, const std::string& path = "");
 

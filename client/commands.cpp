@@ -1,0 +1,125 @@
+#include "client/commands.h"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "client/format.h"
+#include "daemon/protocol/control.h"
+#include "scheduler/error.h"
+
+namespace skytrain::client {
+namespace {
+
+using protocol::Json;
+
+constexpr int kFailed = 1;
+constexpr int kRefused = 2;
+
+std::string readSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read job spec \"" + path + "\"");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs a command, printing any error; a failed request exits with kRefused.
+template <typename Fn>
+int guarded(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const SpecError& e) {
+    std::cerr << "error: job spec refused: " << e.path() << ": " << e.what() + e.path().size() + 2 << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return kRefused;
+}
+
+int streamUntilDone(protocol::ControlClient& client, const ClientOptions& options, const std::string& job) {
+  size_t shown = 0;
+  int missed = 0;
+  while (true) {
+    Json reply;
+    try {
+      reply = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", shown}}, options.timeout);
+      missed = 0;
+    } catch (const PeerError& e) {
+      if (++missed >= 3) throw;
+      continue;
+    }
+    const Json& status = reply["job"];
+    for (const auto& step : status["steps"]) std::cout << formatStep(step, status["steps_total"]) << "\n";
+    shown += status["steps"].size();
+    std::cout.flush();
+    const std::string state = status["state"];
+    if (state == "succeeded" || state == "failed" || state == "cancelled") {
+      std::cout << formatSummary(status);
+      return state == "succeeded" ? 0 : kFailed;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace
+
+int submit(const ClientOptions& options, const std::string& specPath, bool detach) {
+  return guarded([&] {
+    zmq::context_t context;
+    protocol::ControlClient client(context, options.daemon);
+    const Json reply = client.request({{"type", protocol::kSubmit}, {"spec", readSpec(specPath)}}, options.timeout);
+    const std::string job = reply["job"];
+    std::cout << "submitted job " << job << " to " << options.daemon << "\n";
+    if (detach) return 0;
+    return streamUntilDone(client, options, job);
+  });
+}
+
+int status(const ClientOptions& options, const std::string& job, bool json) {
+  return guarded([&] {
+    zmq::context_t context;
+    protocol::ControlClient client(context, options.daemon);
+    const Json reply = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", 0}}, options.timeout);
+    const Json& status = reply["job"];
+    if (json) {
+      std::cout << status.dump(2) << "\n";
+      return 0;
+    }
+    std::cout << "job " << status["id"].get<std::string>() << " \"" << status["name"].get<std::string>() << "\": "
+              << status["state"].get<std::string>() << ", step " << status["steps_done"] << "/"
+              << status["steps_total"] << ", " << status["stages"] << " stages, " << status["schedule"].get<std::string>()
+              << " m=" << status["micro_batches"] << "\n";
+    if (!status["steps"].empty()) std::cout << "  last: " << formatStep(status["steps"].back(), status["steps_total"]) << "\n";
+    std::cout << formatSummary(status);
+    return 0;
+  });
+}
+
+int list(const ClientOptions& options) {
+  return guarded([&] {
+    zmq::context_t context;
+    protocol::ControlClient client(context, options.daemon);
+    const Json reply = client.request({{"type", protocol::kList}}, options.timeout);
+    std::printf("%-16s  %-10s  %-9s  %s\n", "JOB", "STATE", "STEP", "NAME");
+    for (const auto& job : reply["jobs"]) {
+      const std::string step = std::to_string(job["steps_done"].get<int>()) + "/" + std::to_string(job["steps_total"].get<int>());
+      std::printf("%-16s  %-10s  %-9s  %s\n", job["id"].get<std::string>().c_str(),
+                  job["state"].get<std::string>().c_str(), step.c_str(), job["name"].get<std::string>().c_str());
+    }
+    return 0;
+  });
+}
+
+int cancel(const ClientOptions& options, const std::string& job) {
+  return guarded([&] {
+    zmq::context_t context;
+    protocol::ControlClient client(context, options.daemon);
+    const Json reply = client.request({{"type", protocol::kCancel}, {"job", job}}, options.timeout);
+    std::cout << "job " << job << ": " << reply["state"].get<std::string>() << "\n";
+    return 0;
+  });
+}
+
+}  // namespace skytrain::client

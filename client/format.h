@@ -1,0 +1,15 @@
+// Human-readable lines for job progress and summaries.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace skytrain::client {
+
+std::string formatBytes(double bytes);
+// "step 12/200  loss 3.4512  1234 tok/s  sent 1.05 MB/step  0.21 s"
+std::string formatStep(const nlohmann::json& step, int stepsTotal);
+std::string formatSummary(const nlohmann::json& job);
+
+}  // namespace skytrain::client

@@ -1,0 +1,38 @@
+// skytrain: the command-line client of skytraind.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+
+#include "client/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"skytrain: submit and manage training jobs on skytraind daemons"};
+  app.require_subcommand(1);
+  skytrain::client::ClientOptions options;
+  if (const char* env = std::getenv("SKYTRAIN_DAEMON")) options.daemon = env;
+  int timeoutMs = 5000;
+  app.add_option("-d,--daemon", options.daemon, "control endpoint of the daemon (env SKYTRAIN_DAEMON)")
+      ->capture_default_str();
+  app.add_option("--timeout-ms", timeoutMs, "per-request timeout")->capture_default_str()->check(CLI::Range(1, 3600000));
+
+  std::string spec, job;
+  bool detach = false, json = false;
+  auto* submit = app.add_subcommand("submit", "submit a job spec; streams progress until it ends");
+  submit->add_option("spec", spec, "job spec (JSON file)")->required();
+  submit->add_flag("--detach", detach, "return once the job is accepted");
+  auto* status = app.add_subcommand("status", "show a job's state and metrics");
+  status->add_option("job", job, "job id")->required();
+  status->add_flag("--json", json, "print the full status as JSON");
+  auto* list = app.add_subcommand("list", "list the jobs this daemon coordinates");
+  auto* cancel = app.add_subcommand("cancel", "cancel a job (idempotent)");
+  cancel->add_option("job", job, "job id")->required();
+  CLI11_PARSE(app, argc, argv);
+  options.timeout = std::chrono::milliseconds(timeoutMs);
+
+  namespace client = skytrain::client;
+  if (*submit) return client::submit(options, spec, detach);
+  if (*status) return client::status(options, job, json);
+  if (*list) return client::list(options);
+  if (*cancel) return client::cancel(options, job);
+  return 2;
+}
