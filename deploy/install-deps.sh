@@ -8,7 +8,7 @@ packages=(
   libtorch-dev libopenblas0-pthread
   libzmq3-dev cppzmq-dev
   nlohmann-json3-dev libcli11-dev catch2
-  libgloo-dev libsentencepiece-dev libspdlog-dev libsystemd-dev libxxhash-dev
+  libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev
   diatheke sword-text-web
   systemd iproute2 procps python3
 )

@@ -1,0 +1,127 @@
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "daemon/protocol/job_spec.h"
+#include "scheduler/error.h"
+
+using nlohmann::json;
+using skytrain::SpecError;
+using skytrain::protocol::parseJobSpec;
+
+namespace {
+
+json validSpec() {
+  return json::parse(R"({
+    "name": "t", "seed": 3, "steps": 10, "batch_size": 8, "micro_batches": 4, "schedule": "gpipe",
+    "model": {"d_model": 32, "heads": 4, "layers": 4, "d_ff": 64, "seq_len": 16},
+    "data": {"files": ["/tmp/x.txt"]},
+    "stages": [{"daemon": "tcp://127.0.0.1:7100", "layers": [0, 2]},
+               {"daemon": "tcp://127.0.0.1:7110", "layers": [2, 4]}]
+  })");
+}
+
+// The SpecError raised by a spec, as {path, message}.
+std::pair<std::string, std::string> refusal(const json& spec) {
+  try {
+    parseJobSpec(spec.dump());
+  } catch (const SpecError& e) {
+    return {e.path(), e.what()};
+  }
+  FAIL("spec was accepted: " << spec.dump());
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a valid spec parses with defaults filled in") {
+  const auto spec = parseJobSpec(validSpec().dump());
+  CHECK(spec.steps == 10);
+  CHECK(spec.microBatchSize() == 2);
+  CHECK(spec.schedule == "gpipe");
+  CHECK(spec.model.vocabSize == 256);
+  CHECK(spec.optimizer.lr == Approx(3e-4));
+  CHECK(spec.compression.forward == "none");
+  REQUIRE(spec.stages.size() == 2);
+  CHECK(spec.stages[1].firstLayer == 2);
+  CHECK(spec.stages[1].lastLayer == 4);
+}
+
+TEST_CASE("bad specs are refused with the JSON path and the value") {
+  json spec = validSpec();
+  SECTION("unknown key") {
+    spec["model"]["widht"] = 3;
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.model.widht");
+    CHECK_THAT(message, Catch::Contains("unknown field"));
+  }
+  SECTION("wrong type") {
+    spec["steps"] = "ten";
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.steps");
+    CHECK_THAT(message, Catch::Contains("expected an integer") && Catch::Contains("\"ten\""));
+  }
+  SECTION("negative steps") {
+    spec["steps"] = -5;
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.steps");
+    CHECK_THAT(message, Catch::Contains("-5") && Catch::Contains("out of range"));
+  }
+  SECTION("overlapping stages") {
+    spec["stages"][1]["layers"] = {1, 4};
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.stages[1].layers");
+    CHECK_THAT(message, Catch::Contains("overlaps"));
+  }
+  SECTION("a gap between stages") {
+    spec["stages"][1]["layers"] = {3, 4};
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.stages[1].layers");
+    CHECK_THAT(message, Catch::Contains("gap") && Catch::Contains("layers 2..2"));
+  }
+  SECTION("stages that stop short of the model's end") {
+    spec["stages"][1]["layers"] = {2, 3};
+    CHECK(refusal(spec).first == "$.stages");
+  }
+  SECTION("a range beyond the model") {
+    spec["stages"][1]["layers"] = {2, 9};
+    CHECK(refusal(spec).first == "$.stages[1].layers");
+  }
+  SECTION("layers that are not a pair") {
+    spec["stages"][0]["layers"] = {0};
+    CHECK(refusal(spec).first == "$.stages[0].layers");
+  }
+  SECTION("micro-batches that do not divide the batch") {
+    spec["micro_batches"] = 3;
+    CHECK(refusal(spec).first == "$.micro_batches");
+  }
+  SECTION("an unknown schedule") {
+    spec["schedule"] = "zigzag";
+    CHECK_THAT(refusal(spec).second, Catch::Contains("valid: gpipe, 1f1b"));
+  }
+  SECTION("a daemon that is not an endpoint") {
+    spec["stages"][0]["daemon"] = "localhost:7100";
+    CHECK(refusal(spec).first == "$.stages[0].daemon");
+  }
+  SECTION("heads that do not divide d_model") {
+    spec["model"]["heads"] = 5;
+    CHECK(refusal(spec).first == "$.model.heads");
+  }
+  SECTION("a missing required field") {
+    spec.erase("data");
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.data");
+    CHECK_THAT(message, Catch::Contains("missing"));
+  }
+  SECTION("a file name that is not a string") {
+    spec["data"]["files"] = {"a.txt", 7};
+    CHECK(refusal(spec).first == "$.data.files[1]");
+  }
+}
+
+TEST_CASE("malformed, oversized and deeply nested documents are refused") {
+  CHECK_THROWS_AS(parseJobSpec("{\"steps\": "), SpecError);
+  CHECK_THROWS_AS(parseJobSpec("[1, 2]"), SpecError);
+  CHECK_THROWS_WITH(parseJobSpec(std::string(skytrain::protocol::kMaxSpecBytes + 1, ' ')), Catch::Contains("limit"));
+  std::string deep = "{\"name\":" + std::string(100, '[') + std::string(100, ']') + "}";
+  CHECK_THROWS_WITH(parseJobSpec(deep), Catch::Contains("nested deeper"));
+}

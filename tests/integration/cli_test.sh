@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Two real skytraind processes and the skytrain CLI: bad specs are refused with the JSON
+# path and value within seconds, the daemons stay up, a valid job trains to the end, and
+# cancel is idempotent.
+set -euo pipefail
+daemon=$1 cli=$2 corpus=$3
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+start_daemon() {  # name -> prints control endpoint
+  local name=$1
+  mkdir -p "$work/$name"
+  cat > "$work/$name.json" <<JSON
+{"control_endpoint": "tcp://127.0.0.1:*", "data_endpoint": "tcp://127.0.0.1:*",
+ "state_dir": "$work/$name", "insecure": true, "torch_threads": 1}
+JSON
+  "$daemon" --config "$work/$name.json" > "$work/$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do [ -s "$work/$name/endpoints.json" ] && break; sleep 0.1; done
+  [ -s "$work/$name/endpoints.json" ] || { cat "$work/$name.log"; fail "daemon $name did not start"; }
+}
+start_daemon a
+start_daemon b
+A=$(python3 -c "import json;print(json.load(open('$work/a/endpoints.json'))['control'])")
+B=$(python3 -c "import json;print(json.load(open('$work/b/endpoints.json'))['control'])")
+export SKYTRAIN_DAEMON=$A
+
+# spec KEY=PYTHON-EXPRESSION... : writes a variant of the valid spec, prints its path.
+spec() {
+  local out="$work/spec$RANDOM.json"
+  python3 - "$out" "$A" "$B" "$corpus" "$@" <<'PY'
+import json, sys
+out, a, b, corpus, *edits = sys.argv[1:]
+s = {"name": "cli", "seed": 1, "steps": 6, "batch_size": 8, "micro_batches": 2, "schedule": "1f1b",
+     "model": {"d_model": 32, "heads": 4, "layers": 4, "d_ff": 64, "seq_len": 16},
+     "data": {"files": [corpus]}, "eval": {"samples": 8},
+     "stages": [{"daemon": a, "layers": [0, 2]}, {"daemon": b, "layers": [2, 4]}]}
+for e in edits:
+    exec(e, {"s": s})
+json.dump(s, open(out, "w"))
+print(out)
+PY
+}
+
+# expect_refused DESCRIPTION EXPECTED-EXIT NEEDLE... -- SPEC
+expect_refused() {
+  local what=$1 code=$2; shift 2
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  local start=$SECONDS rc=0
+  "$cli" submit "$1" > "$work/out" 2> "$work/err" || rc=$?
+  [ "$rc" -eq "$code" ] || { cat "$work/out" "$work/err"; fail "$what: exit $rc, expected $code"; }
+  for n in "${needles[@]}"; do
+    grep -qF -- "$n" "$work/out" "$work/err" || { cat "$work/out" "$work/err"; fail "$what: no \"$n\" in the output"; }
+  done
+  [ $((SECONDS - start)) -le 10 ] || fail "$what: took $((SECONDS - start)) s"
+  echo "ok: $what -> $(cat "$work/err" "$work/out" | grep -m1 -E 'error|failed')"
+}
+
+expect_refused "unknown key" 2 '$.model.widht' "unknown field" -- "$(spec 's["model"]["widht"] = 3')"
+expect_refused "wrong type" 2 '$.steps' '"ten"' -- "$(spec 's["steps"] = "ten"')"
+expect_refused "negative steps" 2 '$.steps' "-5" -- "$(spec 's["steps"] = -5')"
+expect_refused "overlapping layers" 2 '$.stages[1].layers' "overlaps" -- "$(spec 's["stages"][1]["layers"] = [1, 4]')"
+expect_refused "gap in layers" 2 '$.stages[1].layers' "gap" -- "$(spec 's["stages"][1]["layers"] = [3, 4]')"
+expect_refused "unknown codec" 2 '$.compression.forward' "valid: none" -- "$(spec 's["compression"] = {"forward": "zstd"}')"
+expect_refused "not JSON" 2 "not valid JSON" -- "$(echo '{"steps": ' > "$work/broken.json"; echo "$work/broken.json")"
+expect_refused "unreachable stage daemon" 1 "stage 1 (tcp://127.0.0.1:9)" "no reply" -- \
+  "$(spec 's["stages"][1]["daemon"] = "tcp://127.0.0.1:9"')"
+expect_refused "missing data file" 1 "/nonexistent/corpus.txt" -- "$(spec 's["data"]["files"] = ["/nonexistent/corpus.txt"]')"
+SKYTRAIN_DAEMON=tcp://127.0.0.1:9 expect_refused "unreachable coordinator" 2 "no reply from tcp://127.0.0.1:9" -- "$(spec)"
+
+for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died on bad input"; done
+
+# The daemons still serve: a valid job trains to the end with falling loss.
+"$cli" submit "$(spec)" > "$work/good" || { cat "$work/good"; fail "valid job failed"; }
+cat "$work/good"
+grep -q "succeeded" "$work/good" || fail "no success line"
+grep -q "validation loss" "$work/good" || fail "no summary"
+[ "$(grep -c '^step ' "$work/good")" -eq 6 ] || fail "expected 6 progress lines"
+python3 - "$work/good" <<'PY' || fail "loss did not fall"
+import re, sys
+losses = [float(m.group(1)) for m in re.finditer(r"loss (\d+\.\d+)", open(sys.argv[1]).read())]
+sys.exit(0 if losses[-1] < losses[0] else 1)
+PY
+
+# cancel is idempotent; status and list see the cancelled job.
+job=$("$cli" submit --detach "$(spec 's["steps"] = 100000')" | awk '{print $3}')
+sleep 1
+"$cli" cancel "$job" | grep -q cancelled || fail "cancel did not cancel"
+"$cli" cancel "$job" | grep -q cancelled || fail "second cancel was not idempotent"
+"$cli" status "$job" | grep -q "cancelled" || fail "status does not show cancelled"
+"$cli" list | grep -q "$job" || fail "list does not show the job"
+rc=0; "$cli" status 0000000000000000 > "$work/unknown" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "unknown job" "$work/unknown" || fail "unknown job not reported (exit $rc)"
+sleep 1
+grep -q "stage 0: aborted" "$work/a.log" || { cat "$work/a.log"; fail "stage 0 was not aborted"; }
+for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
+echo "cli_test: all passed"

@@ -1,0 +1,182 @@
+// The central correctness test (DESIGN.md "The data path of one step"): two stages in two
+// daemons over TCP loopback, no compression, compute the same losses and the same final
+// parameters as training the unsplit model in one process on the whole batch.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "daemon/daemon.h"
+#include "daemon/protocol/control.h"
+#include "stages/gpt.h"
+#include "stages/text_data.h"
+
+using namespace skytrain;
+using protocol::Json;
+
+namespace {
+
+// Tolerances, float32. The pipeline splits the batch into micro-batches and sums their
+// gradients, the reference takes the mean over the whole batch at once, so results differ
+// by float reassociation only: ~1e-7 relative per op, amplified a little by AdamW's
+// normalisation over a few steps.
+constexpr double kLossTolerance = 1e-4;
+constexpr double kParameterTolerance = 1e-4;
+
+constexpr int kSteps = 4;
+
+// A daemon on ephemeral loopback ports, run on its own thread.
+class TestDaemon {
+ public:
+  explicit TestDaemon(const std::string& name) {
+    dir_ = std::filesystem::temp_directory_path() / ("skytrain_equiv_" + name + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    daemon::DaemonConfig config;
+    config.controlEndpoint = "tcp://127.0.0.1:*";
+    config.dataEndpoint = "tcp://127.0.0.1:*";
+    config.stateDir = dir_.string();
+    config.insecure = true;
+    daemon_ = std::make_unique<daemon::Daemon>(config);
+    thread_ = std::thread([this] { daemon_->run(); });
+  }
+  ~TestDaemon() {
+    daemon_->stop();
+    thread_.join();
+    daemon_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string control() const { return daemon_->controlEndpoint(); }
+  std::filesystem::path dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::unique_ptr<daemon::Daemon> daemon_;
+  std::thread thread_;
+};
+
+Json specFor(const std::string& schedule, int microBatches, const std::string& stage0, const std::string& stage1) {
+  return {{"name", "equivalence"},
+          {"seed", 11},
+          {"steps", kSteps},
+          {"batch_size", 8},
+          {"micro_batches", microBatches},
+          {"schedule", schedule},
+          {"model", {{"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 64}, {"seq_len", 16}}},
+          {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
+          {"optimizer", {{"lr", 1e-3}}},
+          {"eval", {{"samples", 8}}},
+          {"stages", {{{"daemon", stage0}, {"layers", {0, 2}}}, {{"daemon", stage1}, {"layers", {2, 4}}}}}};
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::map<std::string, at::Tensor> parameters;
+};
+
+// Trains the unsplit model on the whole batch, step by step, in this process.
+Trained trainReference(const Json& spec) {
+  stages::GptConfig c;
+  c.dModel = 32;
+  c.heads = 4;
+  c.layers = 4;
+  c.dFf = 64;
+  c.seqLen = 16;
+  auto model = stages::makeGptStage(c, 0, 4, 11);
+  stages::TextDataOptions options;
+  options.files = {SKYTRAIN_TEST_CORPUS};
+  options.seqLen = 16;
+  options.seed = 11;
+  stages::TextDataSource data(options);
+  torch::optim::AdamW optimizer(model->parameters(),
+                                torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.01));
+  Trained out;
+  for (int step = 0; step < kSteps; ++step) {
+    const auto batch = data.trainBatch(step, 0, 8);
+    const at::Tensor logits = model->forward(0, batch.inputs).requires_grad_(true);
+    const at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), batch.targets.reshape({-1}));
+    loss.backward();
+    model->backward(0, logits.grad());
+    optimizer.step();
+    optimizer.zero_grad();
+    out.losses.push_back(loss.item<double>());
+  }
+  for (const auto& [name, tensor] : model->stateDict()) out.parameters[name] = tensor.detach();
+  return out;
+}
+
+std::map<std::string, at::Tensor> loadStage(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  REQUIRE(in);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::map<std::string, at::Tensor> out;
+  for (const auto& entry : torch::pickle_load(bytes).toGenericDict()) {
+    out[entry.key().toStringRef()] = entry.value().toTensor();
+  }
+  return out;
+}
+
+// Submits through daemon A's control endpoint and waits for the end.
+Json runJob(zmq::context_t& context, const std::string& coordinator, const Json& spec) {
+  protocol::ControlClient client(context, coordinator);
+  const std::string job = client.request({{"type", "submit"}, {"spec", spec.dump()}}, std::chrono::seconds(5))["job"];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Json status = client.request({{"type", "status"}, {"job", job}}, std::chrono::seconds(5))["job"];
+    const std::string state = status["state"];
+    if (state != "preparing" && state != "running") return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  FAIL("job " << job << " did not finish in time");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a two-daemon pipeline trains exactly like one process", "[integration]") {
+  TestDaemon a("a"), b("b");
+  zmq::context_t context;
+  const Trained reference = trainReference(specFor("gpipe", 1, a.control(), b.control()));
+
+  const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b");
+  const int m = GENERATE(1, 2, 4);
+  CAPTURE(schedule, m);
+  const Json status = runJob(context, a.control(), specFor(schedule, m, a.control(), b.control()));
+  REQUIRE(status["state"] == "succeeded");
+  REQUIRE(status["steps"].size() == kSteps);
+
+  double worstLoss = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const double loss = status["steps"][step]["loss"];
+    worstLoss = std::max(worstLoss, std::abs(loss - reference.losses[step]));
+    CHECK(loss == Approx(reference.losses[step]).margin(kLossTolerance));
+  }
+  CHECK(reference.losses.back() < reference.losses.front());  // it trains at all
+
+  const std::string job = status["id"];
+  auto parameters = loadStage(a.dir() / "jobs" / job / "stage-0.pt");
+  parameters.merge(loadStage(b.dir() / "jobs" / job / "stage-1.pt"));
+  REQUIRE(parameters.size() == reference.parameters.size());
+  double worstParameter = 0;
+  for (const auto& [name, expected] : reference.parameters) {
+    INFO(name);
+    REQUIRE(parameters.count(name));
+    const double diff = (parameters.at(name) - expected).abs().max().item<double>();
+    worstParameter = std::max(worstParameter, diff);
+    CHECK(diff <= kParameterTolerance);
+  }
+  // With one micro-batch the pipeline does the very same float operations as the reference.
+  if (m == 1) {
+    CHECK(worstLoss == 0.0);
+    CHECK(worstParameter == 0.0);
+  }
+  WARN(schedule << " m=" << m << ": max |loss diff| " << worstLoss << ", max |parameter diff| " << worstParameter);
+  // The run moved the weights: the comparison is not between two untouched initialisations.
+  const auto initial = stages::makeGptStage(stages::GptConfig{256, 32, 4, 4, 64, 16, 0.0}, 0, 4, 11)->stateDict();
+  double moved = 0;
+  for (const auto& [name, tensor] : initial) moved = std::max(moved, (parameters.at(name) - tensor).abs().max().item<double>());
+  CHECK(moved > 1e-3);
+}

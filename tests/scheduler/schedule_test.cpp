@@ -1,0 +1,58 @@
+#include <catch2/catch.hpp>
+
+#include "scheduler/error.h"
+#include "scheduler/schedule.h"
+
+using namespace skytrain::scheduler;
+
+namespace {
+std::string render(const std::vector<Op>& ops) {
+  std::string out;
+  for (const auto& op : ops) out += (out.empty() ? "" : " ") + toString(op);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("GPipe runs all forwards, then all backwards in reverse") {
+  const auto s = makeSchedule(ScheduleKind::GPipe, 3, 4);
+  REQUIRE(s.stages() == 3);
+  for (int stage = 0; stage < 3; ++stage) CHECK(render(s.ops[stage]) == "F0 F1 F2 F3 B3 B2 B1 B0");
+}
+
+TEST_CASE("1F1B warms up p-s-1 forwards, alternates, then drains") {
+  const auto s = makeSchedule(ScheduleKind::OneFOneB, 3, 4);
+  CHECK(render(s.ops[0]) == "F0 F1 F2 B0 F3 B1 B2 B3");
+  CHECK(render(s.ops[1]) == "F0 F1 B0 F2 B1 F3 B2 B3");
+  CHECK(render(s.ops[2]) == "F0 B0 F1 B1 F2 B2 F3 B3");
+}
+
+TEST_CASE("1F1B with fewer micro-batches than stages warms up with all of them") {
+  const auto s = makeSchedule(ScheduleKind::OneFOneB, 4, 2);
+  CHECK(render(s.ops[0]) == "F0 F1 B0 B1");
+  CHECK(render(s.ops[3]) == "F0 B0 F1 B1");
+}
+
+TEST_CASE("every generated schedule is complete and deadlock-free") {
+  const auto kind = GENERATE(ScheduleKind::GPipe, ScheduleKind::OneFOneB);
+  const int p = GENERATE(1, 2, 3, 5, 8);
+  const int m = GENERATE(1, 2, 3, 4, 7, 16);
+  CAPTURE(toString(kind), p, m);
+  CHECK(validateSchedule(makeSchedule(kind, p, m)).empty());
+}
+
+TEST_CASE("validateSchedule finds deadlocks and missing ops") {
+  Schedule s = makeSchedule(ScheduleKind::GPipe, 2, 2);
+  s.ops[1] = {{OpKind::Backward, 0}, {OpKind::Forward, 0}, {OpKind::Forward, 1}, {OpKind::Backward, 1}};
+  CHECK(validateSchedule(s).find("deadlock") != std::string::npos);
+  s = makeSchedule(ScheduleKind::GPipe, 2, 2);
+  s.ops[0].pop_back();
+  CHECK(validateSchedule(s).find("micro-batch 0") != std::string::npos);
+}
+
+TEST_CASE("schedule names parse and bad sizes are refused") {
+  CHECK(parseScheduleKind("gpipe") == ScheduleKind::GPipe);
+  CHECK(parseScheduleKind("1f1b") == ScheduleKind::OneFOneB);
+  CHECK_FALSE(parseScheduleKind("pipedream").has_value());
+  CHECK_THROWS_AS(makeSchedule(ScheduleKind::GPipe, 0, 4), skytrain::Error);
+  CHECK_THROWS_AS(makeSchedule(ScheduleKind::OneFOneB, 2, 0), skytrain::Error);
+}
