@@ -33,11 +33,11 @@ std::string formatSummary(const nlohmann::json& job) {
   if (s.empty()) return out;
   char text[512];
   std::snprintf(text, sizeof text,
-                "  steps %zu/%d, loss %.4f -> %.4f (final train)\n"
+                "  steps %zu/%d, train loss %.4f (first step) -> %.4f (mean of the last %d)\n"
                 "  validation loss %s\n"
                 "  throughput %.0f tokens/s, %s sent in all (%s/step)\n",
                 static_cast<size_t>(job["steps_done"].get<int64_t>()), job["steps_total"].get<int>(),
-                s["first_loss"].get<double>(), s["final_loss"].get<double>(),
+                s["first_loss"].get<double>(), s["final_loss"].get<double>(), s["final_loss_steps"].get<int>(),
                 s.contains("validation_loss") ? std::to_string(s["validation_loss"].get<double>()).c_str() : "n/a",
                 s["tokens_per_s"].get<double>(), formatBytes(s["bytes_sent_total"].get<double>()).c_str(),
                 formatBytes(s["bytes_sent_per_step"].get<double>()).c_str());

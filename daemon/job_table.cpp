@@ -146,7 +146,12 @@ Json JobTable::summary(const Record& r) const {
     bytes += step["bytes_sent"].get<double>();
   }
   const double tokensPerStep = static_cast<double>(r.spec.batchSize) * r.spec.model.seqLen;
-  s["final_loss"] = r.steps.back()["loss"];
+  // Single-step losses are noisy; the summary's final loss is the mean of the last ten.
+  const size_t tail = std::min<size_t>(10, r.steps.size());
+  double lastLosses = 0;
+  for (size_t i = r.steps.size() - tail; i < r.steps.size(); ++i) lastLosses += r.steps[i]["loss"].get<double>();
+  s["final_loss"] = lastLosses / tail;
+  s["final_loss_steps"] = tail;
   s["first_loss"] = r.steps.front()["loss"];
   s["tokens_per_s"] = tokensPerStep * r.steps.size() / seconds;
   s["bytes_sent_total"] = bytes;
