@@ -1,9 +1,32 @@
 #include "compression/codec_registry.h"
 
-#include "compression/none_codec.h"
+#include "compression/codecs.h"
 #include "scheduler/error.h"
 
 namespace skytrain::compression {
+namespace {
+
+// Splits "a+ef(b+c)+d" at the '+' signs outside parentheses.
+std::vector<std::string> splitChain(const std::string& spec) {
+  std::vector<std::string> items(1);
+  int depth = 0;
+  for (char c : spec) {
+    if (c == '(') ++depth;
+    if (c == ')' && --depth < 0) throw Error("codec spec \"" + spec + "\" has an unmatched ')'");
+    if (c == '+' && depth == 0) {
+      items.emplace_back();
+    } else {
+      items.back() += c;
+    }
+  }
+  if (depth != 0) throw Error("codec spec \"" + spec + "\" has an unmatched '('");
+  for (const auto& item : items) {
+    if (item.empty()) throw Error("codec spec \"" + spec + "\" has an empty element");
+  }
+  return items;
+}
+
+}  // namespace
 
 void CodecRegistry::add(const std::string& name, Factory factory) {
   SKYTRAIN_CHECK(!factories_.count(name), "codec registered twice: " << name);
@@ -11,16 +34,34 @@ void CodecRegistry::add(const std::string& name, Factory factory) {
 }
 
 std::unique_ptr<Codec> CodecRegistry::make(const std::string& spec) const {
-  const auto colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
-  const std::string argument = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if (spec.empty()) throw Error("codec spec is empty");
+  const auto items = splitChain(spec);
+  return makeChain(items, items.size(), spec);
+}
+
+std::unique_ptr<Codec> CodecRegistry::makeChain(const std::vector<std::string>& items, size_t count,
+                                                const std::string& spec) const {
+  const std::string& item = items[count - 1];
+  std::string name = item, argument;
+  if (item.rfind("ef(", 0) == 0 && item.back() == ')') {
+    name = "ef";
+    argument = item.substr(3, item.size() - 4);
+  } else if (const auto colon = item.find(':'); colon != std::string::npos) {
+    name = item.substr(0, colon);
+    argument = item.substr(colon + 1);
+  }
   auto it = factories_.find(name);
   if (it == factories_.end()) {
     std::string valid;
     for (const auto& n : names()) valid += (valid.empty() ? "" : ", ") + n;
     throw Error("unknown codec \"" + name + "\" in \"" + spec + "\" (valid: " + valid + ")");
   }
-  return it->second(argument);
+  std::unique_ptr<Codec> inner = count > 1 ? makeChain(items, count - 1, spec) : nullptr;
+  try {
+    return it->second(argument, std::move(inner));
+  } catch (const Error& e) {
+    throw Error("codec spec \"" + spec + "\": " + e.what());
+  }
 }
 
 std::vector<std::string> CodecRegistry::names() const {
@@ -30,7 +71,17 @@ std::vector<std::string> CodecRegistry::names() const {
 }
 
 void registerBuiltinCodecs(CodecRegistry& registry) {
-  registry.add("none", [](const std::string& argument) { return makeNoneCodec(argument); });
+  registry.add("none", makeNoneCodec);
+  registry.add("fp16", makeFp16Codec);
+  registry.add("bf16", makeBf16Codec);
+  registry.add("int8", makeInt8Codec);
+  registry.add("int4", makeInt4Codec);
+  registry.add("topk", makeTopKCodec);
+  registry.add("svd", makeSvdCodec);
+  registry.add("ef", [&registry](const std::string& argument, std::unique_ptr<Codec> inner) {
+    if (inner) throw Error("ef(...) must stand alone or outermost, not right of '+'");
+    return makeErrorFeedbackCodec(registry.make(argument));
+  });
 }
 
 const CodecRegistry& builtinCodecs() {

@@ -66,7 +66,7 @@ expect_refused "wrong type" 2 '$.steps' '"ten"' -- "$(spec 's["steps"] = "ten"')
 expect_refused "negative steps" 2 '$.steps' "-5" -- "$(spec 's["steps"] = -5')"
 expect_refused "overlapping layers" 2 '$.stages[1].layers' "overlaps" -- "$(spec 's["stages"][1]["layers"] = [1, 4]')"
 expect_refused "gap in layers" 2 '$.stages[1].layers' "gap" -- "$(spec 's["stages"][1]["layers"] = [3, 4]')"
-expect_refused "unknown codec" 2 '$.compression.forward' "valid: none" -- "$(spec 's["compression"] = {"forward": "zstd"}')"
+expect_refused "unknown codec" 2 '$.compression.forward' "valid: bf16, ef, fp16" -- "$(spec 's["compression"] = {"forward": "zstd"}')"
 expect_refused "not JSON" 2 "not valid JSON" -- "$(echo '{"steps": ' > "$work/broken.json"; echo "$work/broken.json")"
 expect_refused "unreachable stage daemon" 1 "stage 1 (tcp://127.0.0.1:9)" "no reply" -- \
   "$(spec 's["stages"][1]["daemon"] = "tcp://127.0.0.1:9"')"
