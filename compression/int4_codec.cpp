@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "compression/codec_util.h"
+#include "compression/float_bits.h"
 #include "compression/codecs.h"
 #include "compression/tensor_bytes.h"
 
@@ -25,7 +26,6 @@ class Int4Codec : public Codec {
 
   EncodedTensor encode(const at::Tensor& input) override {
     const at::Tensor x = floatInput("int4", input);
-    requireFinite("int4", x);
     EncodedTensor out = encodedHeader(spec(), input);
     const int64_t n = x.numel();
     out.payload.assign(int4Size(n), '\0');
@@ -34,14 +34,14 @@ class Int4Codec : public Codec {
     const float* data = x.data_ptr<float>();
     for (int64_t b = 0; b < blocks(n); ++b) {
       const int64_t begin = b * kInt4Block, end = std::min(n, begin + kInt4Block);
-      float absmax = 0.f;
-      for (int64_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(data[i]));
+      const uint32_t bits = absMaxBits(data + begin, end - begin);
+      if (bits >= kNonFiniteBits) requireFinite("int4", x);  // throws, counting them
+      const float absmax = bitsToFloat(bits);
       const float inverse = absmax > 0.f ? 7.f / absmax : 0.f;
       const float scale = absmax / 7.f;
       std::memcpy(scales + 4 * b, &scale, 4);
       for (int64_t i = begin; i < end; ++i) {
-        const float v = data[i] * inverse;
-        const int q = static_cast<int>(v + (v >= 0.f ? 0.5f : -0.5f)) + 8;
+        const int q = roundSmall(data[i] * inverse) + 8;
         packed[i / 2] |= static_cast<uint8_t>(q << (4 * (i % 2)));
       }
     }

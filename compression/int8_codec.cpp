@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "compression/codec_util.h"
+#include "compression/float_bits.h"
 #include "compression/codecs.h"
 #include "compression/tensor_bytes.h"
 
@@ -16,13 +17,22 @@ namespace {
 
 int64_t rowLength(const std::vector<int64_t>& shape) { return shape.empty() ? 1 : shape.back(); }
 
+// Quantises one row; returns its absmax as float bits. Built for AVX2 and for the baseline,
+// the loader picks one (ifunc), so the binary runs on any x86-64.
+__attribute__((target_clones("avx2", "default"))) uint32_t quantiseRow(const float* row, int64_t cols, int8_t* q) {
+  const uint32_t bits = absMaxBits(row, cols);
+  const float absmax = bitsToFloat(bits);
+  const float inverse = absmax > 0.f && bits < kNonFiniteBits ? 127.f / absmax : 0.f;
+  for (int64_t c = 0; c < cols; ++c) q[c] = static_cast<int8_t>(roundSmall(row[c] * inverse));
+  return bits;
+}
+
 class Int8Codec : public Codec {
  public:
   std::string spec() const override { return "int8"; }
 
   EncodedTensor encode(const at::Tensor& input) override {
     const at::Tensor x = floatInput("int8", input);
-    requireFinite("int8", x);
     EncodedTensor out = encodedHeader(spec(), input);
     const int64_t n = x.numel(), cols = rowLength(out.shape), rows = cols == 0 ? 0 : n / cols;
     out.payload.resize(static_cast<size_t>(rows * 4 + n));
@@ -31,14 +41,9 @@ class Int8Codec : public Codec {
     const float* data = x.data_ptr<float>();
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = data + r * cols;
-      float absmax = 0.f;
-      for (int64_t c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(row[c]));
-      const float inverse = absmax > 0.f ? 127.f / absmax : 0.f;
-      int8_t* qrow = q + r * cols;
-      for (int64_t c = 0; c < cols; ++c) {
-        const float v = row[c] * inverse;
-        qrow[c] = static_cast<int8_t>(static_cast<int32_t>(v + (v >= 0.f ? 0.5f : -0.5f)));
-      }
+      const uint32_t bits = quantiseRow(row, cols, q + r * cols);
+      if (bits >= kNonFiniteBits) requireFinite("int8", x);  // throws, counting them
+      const float absmax = bitsToFloat(bits);
       const float scale = absmax / 127.f;
       std::memcpy(scales + 4 * r, &scale, 4);
     }

@@ -22,7 +22,8 @@ using protocol::Json;
 // Refuses codec names the registry does not know, with the spec path.
 void checkCodecs(const protocol::JobSpec& spec) {
   const std::pair<const char*, std::string> fields[] = {{"$.compression.forward", spec.compression.forward},
-                                                        {"$.compression.backward", spec.compression.backward}};
+                                                        {"$.compression.backward", spec.compression.backward},
+                                                        {"$.compression.warmup", spec.compression.warmup}};
   for (const auto& [path, codec] : fields) {
     try {
       compression::builtinCodecs().make(codec);

@@ -140,10 +140,11 @@ Json JobTable::header(const Record& r) const {
 Json JobTable::summary(const Record& r) const {
   Json s = Json::object();
   if (r.steps.empty()) return s;
-  double seconds = 0, bytes = 0;
+  double seconds = 0, bytes = 0, raw = 0;
   for (const auto& step : r.steps) {
     seconds += step["step_s"].get<double>();
     bytes += step["bytes_sent"].get<double>();
+    raw += step.value("bytes_raw", 0.0);
   }
   const double tokensPerStep = static_cast<double>(r.spec.batchSize) * r.spec.model.seqLen;
   // Single-step losses are noisy; the summary's final loss is the mean of the last ten.
@@ -156,6 +157,7 @@ Json JobTable::summary(const Record& r) const {
   s["tokens_per_s"] = tokensPerStep * r.steps.size() / seconds;
   s["bytes_sent_total"] = bytes;
   s["bytes_sent_per_step"] = bytes / r.steps.size();
+  s["bytes_raw_per_step"] = raw / r.steps.size();
   s["train_seconds"] = seconds;
   if (!r.evals.empty()) s["validation_loss"] = r.evals.back()["loss"];
   return s;
@@ -228,11 +230,12 @@ void JobTable::completeSteps(Record& r) {
   while (!r.pending.empty() && r.pending.begin()->second.size() == stages &&
          r.pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
     const auto& reports = r.pending.begin()->second;
-    double stepSeconds = 0, bytes = 0;
+    double stepSeconds = 0, bytes = 0, raw = 0;
     Json compute = Json::array();
     for (const auto& entry : reports) {
       stepSeconds = std::max(stepSeconds, entry.second.at("step_s").get<double>());
       bytes += entry.second.at("bytes_sent").get<double>();
+      raw += entry.second.value("bytes_raw", 0.0);
       compute.push_back(entry.second.at("compute_s"));
     }
     const double tokens = static_cast<double>(r.spec.batchSize) * r.spec.model.seqLen;
@@ -241,6 +244,7 @@ void JobTable::completeSteps(Record& r) {
                 {"step_s", stepSeconds},
                 {"tokens_per_s", stepSeconds > 0 ? tokens / stepSeconds : 0.0},
                 {"bytes_sent", bytes},
+                {"bytes_raw", raw},
                 {"compute_s", compute}};
     appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump());
     r.steps.push_back(std::move(row));

@@ -68,8 +68,10 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(),
       torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay));
-  forwardCodec_ = compression::builtinCodecs().make(spec.compression.forward);
-  backwardCodec_ = compression::builtinCodecs().make(spec.compression.backward);
+  const auto& codecs = compression::builtinCodecs();
+  steady_ = {codecs.make(spec.compression.forward), codecs.make(spec.compression.backward)};
+  warmup_ = {codecs.make(spec.compression.warmup), codecs.make(spec.compression.warmup)};
+  evalCodec_ = codecs.make(spec.compression.forward);
 }
 
 PipelineRunner::~PipelineRunner() = default;
@@ -88,6 +90,8 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   const auto start = Clock::now();
   const uint64_t bytesBefore = bytesSent();
   computeSeconds_ = 0;
+  bytesRaw_ = 0;
+  codecs_ = static_cast<int64_t>(step) < spec_.compression.warmupSteps ? &warmup_ : &steady_;
   StepStats stats;
   double lossSum = 0;
   for (const auto& op : schedule_.ops[stage_]) {
@@ -106,6 +110,7 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   stats.loss = isLast() ? lossSum / spec_.microBatches : std::nan("");
   stats.computeSeconds = computeSeconds_;
   stats.bytesSent = bytesSent() - bytesBefore;
+  stats.bytesRaw = bytesRaw_;
   stats.stepSeconds = secondsSince(start);
   return stats;
 }
@@ -131,7 +136,7 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
       return;
     }
   }
-  transmit(*next_, *forwardCodec_, FrameDirection::Forward, step, microBatch, stage_ + 1, output);
+  transmit(*next_, *codecs_->forward, FrameDirection::Forward, step, microBatch, stage_ + 1, output);
 }
 
 void PipelineRunner::backward(uint64_t step, int microBatch) {
@@ -148,7 +153,7 @@ void PipelineRunner::backward(uint64_t step, int microBatch) {
     gradInput = model_->backward(microBatch, grad);
   }
   if (!isFirst()) {
-    transmit(*previous_, *backwardCodec_, FrameDirection::Backward, step, microBatch, stage_ - 1, gradInput);
+    transmit(*previous_, *codecs_->backward, FrameDirection::Backward, step, microBatch, stage_ - 1, gradInput);
   }
 }
 
@@ -170,7 +175,7 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
                      .item<double>();
       tokens += batch.targets.numel();
     } else {
-      transmit(*next_, *forwardCodec_, FrameDirection::Eval, step, chunk, stage_ + 1, output);
+      transmit(*next_, *evalCodec_, FrameDirection::Eval, step, chunk, stage_ + 1, output);
     }
   }
   if (!isLast()) return std::nullopt;
@@ -215,6 +220,7 @@ void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDi
     Timed timed(computeSeconds_);
     frame.tensor = codec.encode(tensor);
   }
+  bytesRaw_ += static_cast<uint64_t>(tensor.numel() * tensor.element_size());
   link.send(frame);
 }
 

@@ -29,6 +29,13 @@ struct StepStats {
   double stepSeconds = 0;     // wall time of the step on this stage
   double computeSeconds = 0;  // forward, backward, loss, optimizer and codec time
   uint64_t bytesSent = 0;     // frame bytes this stage sent during the step
+  uint64_t bytesRaw = 0;      // what the same tensors take uncompressed (float32 etc.)
+};
+
+// One codec per direction: codecs keep per-stream state (error feedback).
+struct CodecPair {
+  std::unique_ptr<compression::Codec> forward;
+  std::unique_ptr<compression::Codec> backward;
 };
 
 // Thrown out of a wait when the worker is told to stop.
@@ -72,14 +79,17 @@ class PipelineRunner {
   std::unique_ptr<stages::Stage> model_;
   std::unique_ptr<stages::TextDataSource> data_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::unique_ptr<compression::Codec> forwardCodec_;
-  std::unique_ptr<compression::Codec> backwardCodec_;
+  CodecPair steady_;
+  CodecPair warmup_;
+  std::unique_ptr<compression::Codec> evalCodec_;  // its own stream: eval must not touch training's residuals
+  CodecPair* codecs_ = &steady_;                     // the phase of the current step
   std::map<std::string, std::unique_ptr<compression::Codec>> decoders_;
   std::unique_ptr<PeerLink> previous_;
   std::unique_ptr<PeerLink> next_;
   std::map<int, at::Tensor> lossGradients_;  // last stage: d(loss/m)/d(logits) per micro-batch
   std::function<bool()> aborted_ = [] { return false; };
   double computeSeconds_ = 0;
+  uint64_t bytesRaw_ = 0;
 };
 
 }  // namespace skytrain::daemon

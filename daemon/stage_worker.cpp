@@ -67,7 +67,8 @@ void StageWorker::run() {
                       {"loss", std::isnan(stats.loss) ? protocol::Json(nullptr) : protocol::Json(stats.loss)},
                       {"step_s", stats.stepSeconds},
                       {"compute_s", stats.computeSeconds},
-                      {"bytes_sent", stats.bytesSent}});
+                      {"bytes_sent", stats.bytesSent},
+                      {"bytes_raw", stats.bytesRaw}});
       const bool last = step + 1 == steps;
       const int interval = a.spec.eval.interval;
       if (last || (interval > 0 && (step + 1) % interval == 0)) {

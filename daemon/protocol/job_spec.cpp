@@ -55,6 +55,8 @@ CompressionSpec parseCompression(ObjectReader r) {
   CompressionSpec c;
   c.forward = r.string("forward", c.forward);
   c.backward = r.string("backward", c.backward);
+  c.warmupSteps = static_cast<int>(r.integer("warmup_steps", c.warmupSteps, 0, kBig));
+  c.warmup = r.string("warmup", c.warmup);
   r.finish();
   return c;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace skytrain::protocol {
@@ -39,9 +40,17 @@ struct OptimizerSpec {
   double weightDecay = 0.01;
 };
 
+// Codec specs per direction and per phase (compression/codec_registry.h has the grammar).
 struct CompressionSpec {
-  std::string forward = "none";
-  std::string backward = "none";
+  std::string forward = "none";   // activations, stage s -> s+1
+  std::string backward = "none";  // activation gradients, stage s+1 -> s
+  int warmupSteps = 0;            // steps [0, warmupSteps) use `warmup` in both directions
+  std::string warmup = "none";
+
+  // The codec specs of a step: {forward, backward}.
+  std::pair<std::string, std::string> forStep(int step) const {
+    return step < warmupSteps ? std::make_pair(warmup, warmup) : std::make_pair(forward, backward);
+  }
 };
 
 struct EvalSpec {
