@@ -27,6 +27,10 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   c.dFf = m.dFf;
   c.seqLen = m.seqLen;
   c.dropout = m.dropout;
+  c.split.block = m.splitPoint.block;
+  c.split.layer = m.splitPoint.layer == "proj" ? stages::SplitPoint::Layer::Proj : stages::SplitPoint::Layer::Fc;
+  c.split.rank = m.splitPoint.rank;
+  c.split.keepResidual = m.splitPoint.keepResidual;
   return c;
 }
 

@@ -37,7 +37,12 @@ struct CausalSelfAttention : nn::Module {
   nn::Linear qkv{nullptr}, proj{nullptr};
 };
 
-struct Block : nn::Module {
+// A transformer block, whole or (with a split point) in part.
+struct BlockBase : nn::Module {
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+struct Block : BlockBase {
   explicit Block(const GptConfig& c) : dropout(c.dropout) {
     ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
     attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
@@ -46,7 +51,7 @@ struct Block : nn::Module {
     proj = register_module("proj", nn::Linear(c.dFf, c.dModel));
   }
 
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x) override {
     x = x + attn->forward(ln1->forward(x));
     auto h = proj->forward(torch::gelu(fc->forward(ln2->forward(x))));
     return x + torch::dropout(h, dropout, is_training());
@@ -58,6 +63,78 @@ struct Block : nn::Module {
   nn::Linear fc{nullptr}, proj{nullptr};
 };
 
+// The block of a split point: the factored layer's W = U S V, with the front half (the
+// attention sublayer, ln2, [fc, gelu,] V) and/or the back half (S, U[, gelu, proj]).
+// Parameter names match whichever halves a stage holds: fc_v, fc_s, fc_u (or proj_*).
+struct FactoredBlock : BlockBase {
+  FactoredBlock(const GptConfig& c, bool front, bool back)
+      : split(c.split), front(front), back(back), dModel(c.dModel), dropout(c.dropout) {
+    const bool fcSplit = split.layer == SplitPoint::Layer::Fc;
+    const int in = fcSplit ? c.dModel : c.dFf, out = fcSplit ? c.dFf : c.dModel, r = split.rank;
+    const std::string name = fcSplit ? "fc" : "proj";
+    if (front) {
+      ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
+      attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
+      ln2 = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
+      if (!fcSplit) fc = register_module("fc", nn::Linear(c.dModel, c.dFf));
+      v = register_module(name + "_v", nn::Linear(nn::LinearOptions(in, r).bias(false)));
+    }
+    if (back) {
+      s = register_module(name + "_s", nn::Linear(nn::LinearOptions(r, r).bias(false)));
+      u = register_module(name + "_u", nn::Linear(r, out));
+      if (fcSplit) proj = register_module("proj", nn::Linear(c.dFf, c.dModel));
+    }
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    torch::Tensor residual;
+    if (front) {
+      x = x + attn->forward(ln1->forward(x));
+      residual = x;
+      auto h = ln2->forward(x);
+      if (fc) h = torch::gelu(fc->forward(h));
+      x = v->forward(h);
+      if (!back) return split.keepResidual ? torch::cat({x, residual}, -1) : x;
+    } else if (split.keepResidual) {
+      residual = x.narrow(-1, split.rank, dModel);
+      x = x.narrow(-1, 0, split.rank);
+    }
+    auto h = u->forward(s->forward(x));
+    if (proj) h = proj->forward(torch::gelu(h));
+    h = torch::dropout(h, dropout, is_training());
+    return split.keepResidual ? residual + h : h;
+  }
+
+  // Sets V, S, U from the SVD of the unfactored weight W (out x in) and its bias, with
+  // each singular vector's sign fixed (largest entry of U's column positive) so that two
+  // stages factoring the same W agree on their halves.
+  void factor(const torch::Tensor& w, const torch::Tensor& bias) {
+    torch::NoGradGuard noGrad;
+    auto [uFull, sFull, vh] = torch::linalg_svd(w, /*full_matrices=*/false);
+    const int64_t r = split.rank;
+    auto uR = uFull.narrow(1, 0, r).clone();
+    auto vR = vh.narrow(0, 0, r).clone();
+    const auto pivots = uR.abs().argmax(0);
+    const auto signs = uR.gather(0, pivots.unsqueeze(0)).sign().squeeze(0);
+    uR *= signs;
+    vR *= signs.unsqueeze(1);
+    if (v) v->weight.copy_(vR);
+    if (s) s->weight.copy_(torch::diag(sFull.narrow(0, 0, r)));
+    if (u) {
+      u->weight.copy_(uR);
+      u->bias.copy_(bias);
+    }
+  }
+
+  SplitPoint split;
+  bool front, back;
+  int64_t dModel;
+  double dropout;
+  nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  std::shared_ptr<CausalSelfAttention> attn;
+  nn::Linear fc{nullptr}, proj{nullptr}, v{nullptr}, s{nullptr}, u{nullptr};
+};
+
 // Blocks [first, last) plus the embeddings and/or head when the range touches an end.
 struct GptSlice : nn::Module {
   GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout) {
@@ -65,13 +142,26 @@ struct GptSlice : nn::Module {
       tok = register_module("tok_emb", nn::Embedding(c.vocabSize, c.dModel));
       pos = register_parameter("pos_emb", torch::zeros({c.seqLen, c.dModel}));
     }
+    const int k = c.split.block;
+    // The back half of the split block stays with its front unless the front ends a stage
+    // that another stage follows.
+    const bool backLeaves = c.split.enabled() && k == last - 1 && last < c.layers;
+    if (c.split.enabled() && k == first - 1) addBlock(k, std::make_shared<FactoredBlock>(c, false, true));
     for (int i = first; i < last; ++i) {
-      blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>(c)));
+      if (c.split.enabled() && i == k) {
+        addBlock(i, std::make_shared<FactoredBlock>(c, true, !backLeaves));
+      } else {
+        addBlock(i, std::make_shared<Block>(c));
+      }
     }
     if (last == c.layers) {
       lnF = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
       head = register_module("head", nn::Linear(nn::LinearOptions(c.dModel, c.vocabSize).bias(false)));
     }
+  }
+
+  void addBlock(int index, std::shared_ptr<BlockBase> block) {
+    blocks.push_back(register_module("block" + std::to_string(index), block));
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
@@ -95,7 +185,7 @@ struct GptSlice : nn::Module {
   double dropout;
   nn::Embedding tok{nullptr};
   torch::Tensor pos;
-  std::vector<std::shared_ptr<Block>> blocks;
+  std::vector<std::shared_ptr<BlockBase>> blocks;
   nn::LayerNorm lnF{nullptr};
   nn::Linear head{nullptr};
 };
@@ -104,11 +194,18 @@ bool endsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+at::Tensor drawWeight(const std::string& name, const std::vector<int64_t>& shape, double std, uint64_t seed) {
+  const uint64_t tensorSeed = XXH64(name.data(), name.size(), seed);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(tensorSeed);
+  return torch::empty(shape).normal_(0.0, std, generator);
+}
+
 // GPT-2 initialisation, each tensor drawn from its own generator seeded by (seed, name).
-void initialise(nn::Module& module, const GptConfig& c, uint64_t seed) {
+// A split point's factors come from the SVD of the weight the unfactored layer would draw.
+void initialise(GptSlice& slice, const GptConfig& c, uint64_t seed) {
   torch::NoGradGuard noGrad;
   const double residualStd = 0.02 / std::sqrt(2.0 * c.layers);
-  for (auto& item : module.named_parameters()) {
+  for (auto& item : slice.named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor p = item.value();
     if (name.find(".ln") != std::string::npos || name.rfind("ln_f", 0) == 0) {
@@ -116,10 +213,16 @@ void initialise(nn::Module& module, const GptConfig& c, uint64_t seed) {
     } else if (endsWith(name, "bias")) {
       p.zero_();
     } else {
-      const uint64_t tensorSeed = XXH64(name.data(), name.size(), seed);
-      auto generator = at::make_generator<at::CPUGeneratorImpl>(tensorSeed);
-      p.normal_(0.0, endsWith(name, "proj.weight") ? residualStd : 0.02, generator);
+      p.copy_(drawWeight(name, p.sizes().vec(), endsWith(name, "proj.weight") ? residualStd : 0.02, seed));
     }
+  }
+  if (!c.split.enabled()) return;
+  const bool fcSplit = c.split.layer == SplitPoint::Layer::Fc;
+  const std::string layer = "block" + std::to_string(c.split.block) + (fcSplit ? ".fc.weight" : ".proj.weight");
+  const std::vector<int64_t> shape = fcSplit ? std::vector<int64_t>{c.dFf, c.dModel} : std::vector<int64_t>{c.dModel, c.dFf};
+  const at::Tensor w = drawWeight(layer, shape, fcSplit ? 0.02 : residualStd, seed);
+  for (auto& block : slice.blocks) {
+    if (auto factored = std::dynamic_pointer_cast<FactoredBlock>(block)) factored->factor(w, torch::zeros({shape[0]}));
   }
 }
 
@@ -134,6 +237,17 @@ void validate(const GptConfig& c, int first, int last) {
   if (first < 0 || last > c.layers || first >= last) {
     throw Error("gpt: layer range [" + std::to_string(first) + ", " + std::to_string(last) +
                 ") is not a non-empty range within [0, " + std::to_string(c.layers) + ")");
+  }
+  if (c.split.enabled()) {
+    const int maxRank = std::min(c.dModel, c.dFf);
+    if (c.split.block >= c.layers) {
+      throw Error("gpt: split point block " + std::to_string(c.split.block) + " is not below layers " +
+                  std::to_string(c.layers));
+    }
+    if (c.split.rank < 1 || c.split.rank > maxRank) {
+      throw Error("gpt: split point rank " + std::to_string(c.split.rank) + " is not in [1, " +
+                  std::to_string(maxRank) + "]");
+    }
   }
 }
 

@@ -8,6 +8,22 @@
 
 namespace skytrain::stages {
 
+// A low-rank split point (the source article's method for fine-tuning across clouds):
+// linear layer `layer` of block `block`, W (m x d), is factored by SVD into three layers
+// V (r x d), S (r x r), U (m x r) keeping the top r singular values. A stage boundary placed
+// right after that block cuts between V and S, so each token sends r numbers instead of d.
+// Without keepResidual the block's MLP residual branch is removed (its input would have to
+// cross too); with it, the boundary tensor is [V output, residual] (r + d numbers).
+struct SplitPoint {
+  enum class Layer { Fc, Proj };  // the MLP's d->d_ff or d_ff->d layer
+  int block = -1;                  // -1: no split point
+  Layer layer = Layer::Fc;
+  int rank = 8;
+  bool keepResidual = false;
+
+  bool enabled() const { return block >= 0; }
+};
+
 struct GptConfig {
   int vocabSize = 256;
   int dModel = 128;
@@ -16,6 +32,7 @@ struct GptConfig {
   int dFf = 512;
   int seqLen = 64;
   double dropout = 0.0;
+  SplitPoint split;
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds
@@ -24,10 +41,15 @@ struct GptConfig {
 // [b, T, vocab]); the others map [b, T, d] to [b, T, d]. Every parameter is initialised
 // from (seed, its global name) alone, so a stage has exactly the weights that range has in
 // the unsplit model built with the same seed. Throws skytrain::Error on a bad range.
+//
+// With a split point at block k, the stage holding block k holds its front half (through V);
+// the back half (S, U and what follows in the block) goes to the next stage when k is
+// that stage's last block and another stage follows, else stays with the front.
 std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int lastLayer,
                                     uint64_t seed);
 
-// Parameter count of blocks [firstLayer, lastLayer) with the embeddings/head they hold.
+// Parameter count of blocks [firstLayer, lastLayer) with the embeddings/head they hold,
+// without a split point.
 int64_t gptParameterCount(const GptConfig& config, int firstLayer, int lastLayer);
 
 }  // namespace skytrain::stages

@@ -9,6 +9,19 @@ namespace {
 using nlohmann::json;
 constexpr int64_t kBig = 1 << 30;
 
+SplitPointSpec parseSplitPoint(ObjectReader r, const ModelSpec& m) {
+  SplitPointSpec s;
+  s.block = static_cast<int>(r.integer("block", std::nullopt, 0, m.layers - 1));
+  s.layer = r.string("layer", s.layer);
+  if (s.layer != "fc" && s.layer != "proj") {
+    throw SpecError(r.pathOf("layer"), "\"" + s.layer + "\" is not a factorable layer (valid: fc, proj)");
+  }
+  s.rank = static_cast<int>(r.integer("rank", s.rank, 1, std::min(m.dModel, m.dFf)));
+  s.keepResidual = r.boolean("keep_residual", s.keepResidual);
+  r.finish();
+  return s;
+}
+
 ModelSpec parseModel(ObjectReader r) {
   ModelSpec m;
   m.kind = r.string("kind", m.kind);
@@ -20,11 +33,14 @@ ModelSpec parseModel(ObjectReader r) {
   m.dFf = static_cast<int>(r.integer("d_ff", m.dFf, 1, 1 << 18));
   m.seqLen = static_cast<int>(r.integer("seq_len", m.seqLen, 1, 1 << 16));
   m.dropout = r.number("dropout", m.dropout, 0.0, 0.99);
-  r.finish();
   if (m.dModel % m.heads != 0) {
     throw SpecError(r.pathOf("heads"), "d_model " + std::to_string(m.dModel) + " is not divisible by heads " +
                                            std::to_string(m.heads));
   }
+  if (const auto* split = r.child("split_point", false)) {
+    m.splitPoint = parseSplitPoint(ObjectReader(*split, r.pathOf("split_point")), m);
+  }
+  r.finish();
   return m;
 }
 

@@ -15,6 +15,14 @@ struct StageSpec {
   int lastLayer = 0;
 };
 
+// A low-rank split point (stages/gpt.h): the layer of a block factored as U S V with rank r.
+struct SplitPointSpec {
+  int block = -1;  // -1: none
+  std::string layer = "fc";  // "fc" or "proj"
+  int rank = 8;
+  bool keepResidual = false;
+};
+
 struct ModelSpec {
   std::string kind = "gpt";
   int vocabSize = 256;
@@ -24,6 +32,7 @@ struct ModelSpec {
   int dFf = 512;
   int seqLen = 64;
   double dropout = 0.0;
+  SplitPointSpec splitPoint;
 };
 
 struct DataSpec {

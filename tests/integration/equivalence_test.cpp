@@ -4,19 +4,16 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
-#include <thread>
 
-#include "daemon/daemon.h"
-#include "daemon/protocol/control.h"
+#include "daemon_fixture.h"
 #include "stages/gpt.h"
 #include "stages/text_data.h"
 
 using namespace skytrain;
-using protocol::Json;
+using namespace skytrain::testing;
+using nlohmann::json;
+using Json = nlohmann::json;
 
 namespace {
 
@@ -28,35 +25,6 @@ constexpr double kLossTolerance = 1e-4;
 constexpr double kParameterTolerance = 1e-4;
 
 constexpr int kSteps = 4;
-
-// A daemon on ephemeral loopback ports, run on its own thread.
-class TestDaemon {
- public:
-  explicit TestDaemon(const std::string& name) {
-    dir_ = std::filesystem::temp_directory_path() / ("skytrain_equiv_" + name + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    daemon::DaemonConfig config;
-    config.controlEndpoint = "tcp://127.0.0.1:*";
-    config.dataEndpoint = "tcp://127.0.0.1:*";
-    config.stateDir = dir_.string();
-    config.insecure = true;
-    daemon_ = std::make_unique<daemon::Daemon>(config);
-    thread_ = std::thread([this] { daemon_->run(); });
-  }
-  ~TestDaemon() {
-    daemon_->stop();
-    thread_.join();
-    daemon_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  std::string control() const { return daemon_->controlEndpoint(); }
-  std::filesystem::path dir() const { return dir_; }
-
- private:
-  std::filesystem::path dir_;
-  std::unique_ptr<daemon::Daemon> daemon_;
-  std::thread thread_;
-};
 
 Json specFor(const std::string& schedule, int microBatches, const std::string& stage0, const std::string& stage1) {
   return {{"name", "equivalence"},
@@ -108,32 +76,6 @@ Trained trainReference(const Json& spec) {
   return out;
 }
 
-std::map<std::string, at::Tensor> loadStage(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  REQUIRE(in);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::map<std::string, at::Tensor> out;
-  for (const auto& entry : torch::pickle_load(bytes).toGenericDict()) {
-    out[entry.key().toStringRef()] = entry.value().toTensor();
-  }
-  return out;
-}
-
-// Submits through daemon A's control endpoint and waits for the end.
-Json runJob(zmq::context_t& context, const std::string& coordinator, const Json& spec) {
-  protocol::ControlClient client(context, coordinator);
-  const std::string job = client.request({{"type", "submit"}, {"spec", spec.dump()}}, std::chrono::seconds(5))["job"];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline) {
-    Json status = client.request({{"type", "status"}, {"job", job}}, std::chrono::seconds(5))["job"];
-    const std::string state = status["state"];
-    if (state != "preparing" && state != "running") return status;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  FAIL("job " << job << " did not finish in time");
-  return {};
-}
-
 }  // namespace
 
 TEST_CASE("a two-daemon pipeline trains exactly like one process", "[integration]") {
@@ -157,8 +99,8 @@ TEST_CASE("a two-daemon pipeline trains exactly like one process", "[integration
   CHECK(reference.losses.back() < reference.losses.front());  // it trains at all
 
   const std::string job = status["id"];
-  auto parameters = loadStage(a.dir() / "jobs" / job / "stage-0.pt");
-  parameters.merge(loadStage(b.dir() / "jobs" / job / "stage-1.pt"));
+  auto parameters = loadStageWeights(a.dir() / "jobs" / job / "stage-0.pt");
+  parameters.merge(loadStageWeights(b.dir() / "jobs" / job / "stage-1.pt"));
   REQUIRE(parameters.size() == reference.parameters.size());
   double worstParameter = 0;
   for (const auto& [name, expected] : reference.parameters) {

@@ -112,3 +112,62 @@ TEST_CASE("bad ranges, configs and inputs are refused") {
   middle->forward(0, torch::randn({2, 12, 32}));
   CHECK_THROWS_WITH(middle->backward(0, torch::randn({2, 11, 32})), Catch::Contains("shape"));
 }
+
+namespace {
+
+GptConfig withSplit(int block, SplitPoint::Layer layer, int rank, bool keepResidual) {
+  GptConfig c = tiny();
+  c.split.block = block;
+  c.split.layer = layer;
+  c.split.rank = rank;
+  c.split.keepResidual = keepResidual;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a full-rank split point with its residual kept leaves the outputs unchanged") {
+  const auto layer = GENERATE(SplitPoint::Layer::Fc, SplitPoint::Layer::Proj);
+  const GptConfig c = withSplit(1, layer, 32, true);  // min(d_model 32, d_ff 64)
+  torch::manual_seed(2);
+  const at::Tensor ids = torch::randint(0, 50, {3, 12}, torch::kLong);
+  const at::Tensor expected = makeGptStage(tiny(), 0, 4, 7)->infer(ids);
+  // In one stage, and cut at the split point across two.
+  CHECK(torch::allclose(makeGptStage(c, 0, 4, 7)->infer(ids), expected, 1e-4, 1e-4));
+  auto front = makeGptStage(c, 0, 2, 7), back = makeGptStage(c, 2, 4, 7);
+  const at::Tensor boundary = front->infer(ids);
+  CHECK(boundary.size(-1) == 32 + 32);  // r values plus the residual
+  CHECK(torch::allclose(back->infer(boundary), expected, 1e-4, 1e-4));
+}
+
+TEST_CASE("a rank-8 split point sends r numbers per token across the boundary") {
+  const GptConfig c = withSplit(1, SplitPoint::Layer::Fc, 8, false);
+  auto front = makeGptStage(c, 0, 2, 7), back = makeGptStage(c, 2, 4, 7);
+  const at::Tensor ids = torch::randint(0, 50, {3, 12}, torch::kLong);
+  const at::Tensor boundary = front->forward(0, ids);
+  CHECK(boundary.sizes() == torch::IntArrayRef({3, 12, 8}));  // 8 of d_model 32 per token
+  const at::Tensor logits = back->forward(0, boundary);
+  CHECK(logits.sizes() == torch::IntArrayRef({3, 12, 50}));
+  const at::Tensor gradBoundary = back->backward(0, torch::ones_like(logits));
+  CHECK(gradBoundary.sizes() == boundary.sizes());
+  front->backward(0, gradBoundary);
+  // The two halves agree on the factors: V on the front, S and U on the back.
+  auto names = byName(*front);
+  CHECK(names.count("block1.fc_v.weight"));
+  CHECK_FALSE(names.count("block1.fc_u.weight"));
+  CHECK(byName(*back).count("block1.fc_u.weight"));
+  CHECK(byName(*back).at("block1.fc_s.weight").diag().min().item<double>() > 0);
+  // The product U S V is the best rank-8 approximation of the unfactored layer.
+  auto full = byName(*makeGptStage(tiny(), 0, 4, 7));
+  const at::Tensor w = full.at("block1.fc.weight");
+  const at::Tensor product = torch::mm(byName(*back).at("block1.fc_u.weight"),
+                                       torch::mm(byName(*back).at("block1.fc_s.weight"), names.at("block1.fc_v.weight")));
+  const auto s = std::get<1>(torch::linalg_svd(w, false));
+  const double optimal = s.narrow(0, 8, s.size(0) - 8).pow(2).sum().sqrt().item<double>();
+  CHECK((product - w).norm().item<double>() == Approx(optimal).epsilon(1e-3));
+}
+
+TEST_CASE("bad split points are refused") {
+  CHECK_THROWS_WITH(makeGptStage(withSplit(4, SplitPoint::Layer::Fc, 8, false), 0, 4, 0), Catch::Contains("block 4"));
+  CHECK_THROWS_WITH(makeGptStage(withSplit(1, SplitPoint::Layer::Fc, 33, false), 0, 4, 0), Catch::Contains("rank 33"));
+}

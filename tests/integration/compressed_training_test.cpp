@@ -1,0 +1,89 @@
+// Compressed two-daemon training (issue: compression): forward fp16+svd:0.5 and backward
+// int8 train to within a stated margin of the uncompressed run, with exactly the bytes the
+// codecs' size formulas predict; a job cut at a rank-8 split point sends r numbers a token.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "daemon_fixture.h"
+
+using namespace skytrain::testing;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr int kSteps = 150;
+constexpr int kBatch = 8, kMicroBatches = 2, kSeq = 32, kDModel = 64;
+constexpr int64_t kTokensPerMicroBatch = kBatch / kMicroBatches * kSeq;
+
+// Validation loss of the compressed run may exceed the uncompressed one by at most this
+// (nats per token). The source article loses 1.27 BLEU with fp16+svd:0.6/int8.
+constexpr double kValidationMargin = 0.10;
+
+Json spec(const std::string& a, const std::string& b, const std::string& forward, const std::string& backward) {
+  return {{"name", "compressed"},
+          {"seed", 5},
+          {"steps", kSteps},
+          {"batch_size", kBatch},
+          {"micro_batches", kMicroBatches},
+          {"schedule", "1f1b"},
+          {"model", {{"d_model", kDModel}, {"heads", 4}, {"layers", 2}, {"d_ff", 128}, {"seq_len", kSeq}}},
+          {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
+          {"optimizer", {{"lr", 2e-3}}},
+          {"eval", {{"samples", 64}}},
+          {"compression", {{"forward", forward}, {"backward", backward}}},
+          {"stages", {{{"daemon", a}, {"layers", {0, 1}}}, {{"daemon", b}, {"layers", {1, 2}}}}}};
+}
+
+// Frame header bytes for a 3-d tensor (compression/tensor_frame.h).
+int64_t header(const std::string& codec) { return 48 + 8 * 3 + static_cast<int64_t>(codec.size()); }
+
+double meanBytesPerStep(const Json& status) {
+  double total = 0;
+  for (const auto& step : status["steps"]) total += step["bytes_sent"].get<double>();
+  return total / status["steps"].size();
+}
+
+}  // namespace
+
+TEST_CASE("fp16+svd:0.5 forward, int8 backward trains like uncompressed with a third of the bytes", "[integration]") {
+  TestDaemon a("ca"), b("cb");
+  zmq::context_t context;
+  const Json plain = runJob(context, a.control(), spec(a.control(), b.control(), "none", "none"));
+  const Json packed = runJob(context, a.control(), spec(a.control(), b.control(), "fp16+svd:0.5", "int8"));
+  REQUIRE(plain["state"] == "succeeded");
+  REQUIRE(packed["state"] == "succeeded");
+
+  const double plainLoss = plain["summary"]["validation_loss"], packedLoss = packed["summary"]["validation_loss"];
+  WARN("validation loss after " << kSteps << " steps: uncompressed " << plainLoss << ", fp16+svd:0.5/int8 "
+                                << packedLoss << " (margin " << kValidationMargin << ")");
+  CHECK(plainLoss < 3.2);  // both learn (ln 256 = 5.55 at the start)
+  CHECK(packedLoss <= plainLoss + kValidationMargin);
+
+  // Bytes per step: m activation frames forward and m gradient frames backward.
+  const int64_t elements = kTokensPerMicroBatch * kDModel;
+  const int64_t rank = std::llround(0.5 * kDModel);
+  const double expectedPlain = kMicroBatches * 2.0 * (header("none") + 4 * elements);
+  const double expectedPacked =
+      kMicroBatches * (header("fp16+svd:0.5") + 20.0 + 2 * kTokensPerMicroBatch * rank + 2 * rank * kDModel) +
+      kMicroBatches * (header("int8") + 4.0 * kTokensPerMicroBatch + elements);
+  const double plainBytes = meanBytesPerStep(plain), packedBytes = meanBytesPerStep(packed);
+  WARN("bytes per step: uncompressed " << plainBytes << ", compressed " << packedBytes << " (" << plainBytes / packedBytes
+                                       << "x less)");
+  CHECK(plainBytes == expectedPlain);
+  CHECK(packedBytes == expectedPacked);
+  CHECK(packed["summary"]["bytes_raw_per_step"].get<double>() == kMicroBatches * 2.0 * 4 * elements);
+}
+
+TEST_CASE("a job cut at a rank-8 split point trains, sending 8 numbers a token", "[integration]") {
+  TestDaemon a("sa"), b("sb");
+  zmq::context_t context;
+  Json s = spec(a.control(), b.control(), "none", "none");
+  s["model"]["split_point"] = {{"block", 0}, {"layer", "fc"}, {"rank", 8}};
+  const Json status = runJob(context, a.control(), s);
+  REQUIRE(status["state"] == "succeeded");
+  const double first = status["summary"]["first_loss"], validation = status["summary"]["validation_loss"];
+  WARN("split point r=8: train loss " << first << " -> validation " << validation);
+  CHECK(validation < first - 1.0);
+  CHECK(meanBytesPerStep(status) == kMicroBatches * 2.0 * (header("none") + 4 * kTokensPerMicroBatch * 8));
+}
