@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <cmath>
+
+#include "scheduler/cost_model.h"
 #include "scheduler/error.h"
 
 namespace skytrain::scheduler {
@@ -14,9 +17,9 @@ std::vector<Op> gpipeOps(int microBatches) {
   return ops;
 }
 
-std::vector<Op> oneFOneBOps(int stage, int stages, int microBatches) {
+std::vector<Op> oneFOneBOps(int warmup, int microBatches) {
   std::vector<Op> ops;
-  const int warmup = std::min(stages - stage - 1, microBatches);
+  warmup = std::min(warmup, microBatches);
   int nextForward = 0;
   int nextBackward = 0;
   for (; nextForward < warmup; ++nextForward) ops.push_back({OpKind::Forward, nextForward});
@@ -32,7 +35,20 @@ std::vector<Op> oneFOneBOps(int stage, int stages, int microBatches) {
 
 }  // namespace
 
-Schedule makeSchedule(ScheduleKind kind, int stages, int microBatches) {
+std::vector<int> delayAwareWarmups(const PipelineCosts& costs, int microBatches) {
+  const int p = static_cast<int>(costs.stages.size());
+  std::vector<int> warmups(p, 0);
+  for (int s = p - 2; s >= 0; --s) {
+    const auto& link = costs.links[s];
+    const double compute = std::max(1e-12, costs.stages[s].forwardSeconds + costs.stages[s].backwardSeconds);
+    const double roundTrip = link.forwardSeconds + link.backwardSeconds + 2 * link.delaySeconds;
+    const int extra = static_cast<int>(std::ceil(roundTrip / compute - 1e-9));
+    warmups[s] = std::min(microBatches, warmups[s + 1] + 1 + extra);
+  }
+  return warmups;
+}
+
+Schedule makeSchedule(ScheduleKind kind, int stages, int microBatches, std::vector<int> warmups) {
   if (stages < 1) throw Error("schedule: stage count must be >= 1, got " + std::to_string(stages));
   if (microBatches < 1) {
     throw Error("schedule: micro-batch count must be >= 1, got " + std::to_string(microBatches));
@@ -40,20 +56,36 @@ Schedule makeSchedule(ScheduleKind kind, int stages, int microBatches) {
   Schedule schedule;
   schedule.kind = kind;
   schedule.microBatches = microBatches;
-  for (int s = 0; s < stages; ++s) {
-    schedule.ops.push_back(kind == ScheduleKind::GPipe ? gpipeOps(microBatches)
-                                                       : oneFOneBOps(s, stages, microBatches));
+  if (kind == ScheduleKind::OneFOneBDelayAware) {
+    if (static_cast<int>(warmups.size()) != stages) {
+      throw Error("schedule: 1f1b-delay needs one warm-up depth per stage, got " + std::to_string(warmups.size()));
+    }
+  } else {
+    warmups.clear();
+    for (int s = 0; s < stages; ++s) warmups.push_back(std::min(stages - s - 1, microBatches));
   }
+  for (int s = 0; s < stages; ++s) {
+    schedule.ops.push_back(kind == ScheduleKind::GPipe ? gpipeOps(microBatches) : oneFOneBOps(warmups[s], microBatches));
+  }
+  if (kind != ScheduleKind::GPipe) schedule.warmups = warmups;
   return schedule;
 }
 
 std::optional<ScheduleKind> parseScheduleKind(std::string_view name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
+  if (name == "1f1b-delay") return ScheduleKind::OneFOneBDelayAware;
   return std::nullopt;
 }
 
-std::string toString(ScheduleKind kind) { return kind == ScheduleKind::GPipe ? "gpipe" : "1f1b"; }
+std::string toString(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::OneFOneBDelayAware: return "1f1b-delay";
+  }
+  return "unknown";
+}
 
 std::string toString(const Op& op) {
   return (op.kind == OpKind::Forward ? "F" : "B") + std::to_string(op.microBatch);

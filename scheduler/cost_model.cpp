@@ -1,0 +1,34 @@
+#include "scheduler/cost_model.h"
+
+#include "scheduler/error.h"
+
+namespace skytrain::scheduler {
+
+LinearFit fitLinear(const std::vector<std::pair<double, double>>& points) {
+  if (points.empty()) throw Error("fitLinear: no points");
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double n = static_cast<double>(points.size());
+  const double variance = sxx - sx * sx / n;
+  if (variance <= 1e-12 * std::max(1.0, sxx)) return {sy / n, 0.0};
+  const double k = (sxy - sx * sy / n) / variance;
+  return {(sy - k * sx) / n, k};
+}
+
+PipelineCosts costsAt(const std::vector<StageProfile>& stages, const std::vector<LinkProfile>& links, double b) {
+  SKYTRAIN_CHECK(links.size() + 1 == stages.size(), links.size() << " links for " << stages.size() << " stages");
+  PipelineCosts costs;
+  for (const auto& s : stages) costs.stages.push_back({s.forwardSeconds.at(b), s.backwardSeconds.at(b)});
+  for (size_t i = 0; i < links.size(); ++i) {
+    costs.links.push_back({links[i].transferSeconds(stages[i].outputBytes.at(b)),
+                           links[i].transferSeconds(stages[i + 1].gradientBytes.at(b)), links[i].delaySeconds});
+  }
+  return costs;
+}
+
+}  // namespace skytrain::scheduler

@@ -1,0 +1,99 @@
+#include "scheduler/planner.h"
+
+#include <cmath>
+#include <limits>
+
+#include "scheduler/error.h"
+#include "scheduler/simulator.h"
+
+namespace skytrain::scheduler {
+namespace {
+
+// GPipe's closed form is exact when every stage and every link costs the same.
+bool uniform(const PipelineCosts& c) {
+  auto same = [](double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(a)); };
+  for (const auto& s : c.stages) {
+    if (!same(s.forwardSeconds, c.stages[0].forwardSeconds) || !same(s.backwardSeconds, c.stages[0].backwardSeconds)) {
+      return false;
+    }
+  }
+  for (const auto& l : c.links) {
+    if (!same(l.forwardSeconds, c.links[0].forwardSeconds) || !same(l.backwardSeconds, l.forwardSeconds) ||
+        !same(l.delaySeconds, c.links[0].delaySeconds)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+PlanRow evaluate(const PlannerInput& input, int m, ScheduleKind kind) {
+  const int p = static_cast<int>(input.stages.size());
+  const double b = static_cast<double>(input.batchSize) / m;
+  const PipelineCosts costs = costsAt(input.stages, input.links, b);
+  PlanRow row;
+  row.microBatches = m;
+  row.schedule = kind;
+  if (kind == ScheduleKind::OneFOneBDelayAware) row.warmups = delayAwareWarmups(costs, m);
+  const Schedule schedule = makeSchedule(kind, p, m, row.warmups);
+  row.warmups = schedule.warmups;
+  if (kind == ScheduleKind::GPipe && p > 1 && uniform(costs)) {
+    const auto& s = costs.stages[0];
+    row.stepSeconds = gpipeStepSeconds(p, m, s.forwardSeconds, s.backwardSeconds, costs.links[0].forwardSeconds,
+                                       costs.links[0].delaySeconds);
+  } else {
+    row.stepSeconds = simulate(schedule, costs).stepSeconds;
+  }
+  double work = 0;
+  for (const auto& s : costs.stages) work += m * (s.forwardSeconds + s.backwardSeconds);
+  row.bubbleRatio = row.stepSeconds > 0 ? 1.0 - work / (p * row.stepSeconds) : 0.0;
+  for (int s = 0; s + 1 < p; ++s) {
+    row.bytesPerStep += m * (input.stages[s].outputBytes.at(b) + input.stages[s + 1].gradientBytes.at(b));
+  }
+  for (int s = 0; s < p; ++s) {
+    const int inFlight = kind == ScheduleKind::GPipe ? m : std::min(m, schedule.warmups[s] + 1);
+    row.stashBytes = std::max(row.stashBytes, inFlight * b * input.stages[s].stashBytesPerSample);
+  }
+  row.fits = input.memoryBudgetBytes <= 0 || row.stashBytes <= input.memoryBudgetBytes;
+  return row;
+}
+
+Plan makePlan(const PlannerInput& input) {
+  if (input.stages.empty() || input.links.size() + 1 != input.stages.size()) {
+    throw Error("planner: needs p stage profiles and p-1 link profiles");
+  }
+  if (input.schedules.empty()) throw Error("planner: no candidate schedule");
+  Plan plan;
+  bool found = false;
+  double smallestStash = std::numeric_limits<double>::infinity();
+  for (int m = 1; m <= input.batchSize; ++m) {
+    if (input.batchSize % m != 0 || (input.microBatches && m != *input.microBatches)) continue;
+    for (ScheduleKind kind : input.schedules) {
+      PlanRow row = evaluate(input, m, kind);
+      smallestStash = std::min(smallestStash, row.stashBytes);
+      plan.table.push_back(row);
+      if (row.fits && (!found || row.stepSeconds < plan.chosen.stepSeconds - 1e-12)) {
+        plan.chosen = row;
+        found = true;
+      }
+    }
+  }
+  if (!found) {
+    throw Error("planner: no micro-batch count fits the memory budget of " + std::to_string(input.memoryBudgetBytes) +
+                " bytes (the smallest activation stash needs " + std::to_string(smallestStash) + ")");
+  }
+  return plan;
+}
+
+bool ReplanMonitor::observe(double predicted, double measured) {
+  const bool off = predicted > 0 && std::abs(measured - predicted) > tolerance_ * predicted;
+  streak_ = off ? streak_ + 1 : 0;
+  if (streak_ >= patience_) {
+    streak_ = 0;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace skytrain::scheduler

@@ -1,0 +1,64 @@
+// The planner: for every micro-batch count m dividing the batch whose activation stash
+// fits, and every candidate schedule, predict the step time from the profiled costs —
+// GPipe's closed form where it is exact (identical stages and links), the simulator
+// otherwise — and take the minimum. Also: the monitor that says when to plan again.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/cost_model.h"
+#include "scheduler/schedule.h"
+
+namespace skytrain::scheduler {
+
+struct PlannerInput {
+  int batchSize = 1;
+  std::vector<StageProfile> stages;
+  std::vector<LinkProfile> links;
+  std::vector<ScheduleKind> schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
+                                         ScheduleKind::OneFOneBDelayAware};
+  double memoryBudgetBytes = 0;               // per stage, for the stash; 0: unlimited
+  std::optional<int> microBatches;            // fixed m (the spec gave one)
+};
+
+struct PlanRow {
+  int microBatches = 0;
+  ScheduleKind schedule = ScheduleKind::GPipe;
+  std::vector<int> warmups;    // per stage (1F1B kinds)
+  double stepSeconds = 0;      // predicted
+  double bubbleRatio = 0;      // predicted
+  double bytesPerStep = 0;     // all links, both directions
+  double stashBytes = 0;       // the largest stage's activation stash
+  bool fits = true;            // stash within the memory budget
+};
+
+struct Plan {
+  PlanRow chosen;
+  std::vector<PlanRow> table;  // every candidate, by m then schedule
+};
+
+// Throws skytrain::Error when no candidate fits (naming the smallest stash it needed).
+Plan makePlan(const PlannerInput& input);
+
+// Predicted row for one (m, schedule).
+PlanRow evaluate(const PlannerInput& input, int microBatches, ScheduleKind schedule);
+
+// Says when measured step times have drifted from the prediction: more than `tolerance`
+// (relative) off for `patience` consecutive steps. Fires once, then needs `patience` new
+// steps against a new prediction.
+class ReplanMonitor {
+ public:
+  explicit ReplanMonitor(double tolerance = 0.2, int patience = 5) : tolerance_(tolerance), patience_(patience) {}
+  // Returns true when a re-plan is due.
+  bool observe(double predictedSeconds, double measuredSeconds);
+  void reset() { streak_ = 0; }
+
+ private:
+  double tolerance_;
+  int patience_;
+  int streak_ = 0;
+};
+
+}  // namespace skytrain::scheduler

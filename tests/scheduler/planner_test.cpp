@@ -1,0 +1,104 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "scheduler/error.h"
+#include "scheduler/planner.h"
+#include "scheduler/simulator.h"
+
+using namespace skytrain::scheduler;
+
+namespace {
+
+// p identical stages with t(b) = overhead + perSample * b, activations of bytesPerSample.
+PlannerInput pipeline(int p, int batch, double overhead, double perSample, double bytesPerSample, LinkProfile link) {
+  PlannerInput in;
+  in.batchSize = batch;
+  StageProfile s;
+  s.forwardSeconds = {overhead, perSample};
+  s.backwardSeconds = {overhead, 2 * perSample};
+  s.outputBytes = {0, bytesPerSample};
+  s.gradientBytes = {0, bytesPerSample};
+  s.stashBytesPerSample = bytesPerSample;
+  in.stages.assign(p, s);
+  in.links.assign(p - 1, link);
+  in.schedules = {ScheduleKind::GPipe};
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("latency-bound: per-message cost dominates, so one micro-batch is best") {
+  // Long delay and a large per-message overhead, compute negligible:
+  // T(m) ~ (p-1)(2o + 2d) + 2o (m-1), increasing in m.
+  const PlannerInput in = pipeline(3, 64, 1e-5, 1e-7, 1e3, LinkProfile{1e9, 0.05, 0.01});
+  CHECK(makePlan(in).chosen.microBatches == 1);
+}
+
+TEST_CASE("bandwidth-bound: transfers balance against per-message overhead") {
+  // p = 3, compute negligible, x(b) = o + c b. T(m) ~ 2cB (1 + 1/m) + 2o (m + 1), minimal at
+  // m = sqrt(cB / o): here cB = 1.6 s and o = 0.1 s, so m = 4.
+  const double bandwidth = 1e8, bytesPerSample = 1e8 * 1.6 / 64;
+  const PlannerInput in = pipeline(3, 64, 1e-6, 1e-9, bytesPerSample, LinkProfile{bandwidth, 0.0, 0.1});
+  CHECK(makePlan(in).chosen.microBatches == 4);
+}
+
+TEST_CASE("compute-bound: the classic bubble trade-off against per-micro-batch overhead") {
+  // Free links; t_f + t_b = 2a + 3kb. T(m) = (m + p - 1)(2a + 3kB/m), minimal at
+  // m = sqrt(3kB (p-1) / 2a): with p = 5, B = 64, a = 0.006, k = 0.001 that is m = 8.
+  const PlannerInput in = pipeline(5, 64, 0.006, 0.001, 1.0, LinkProfile{1e15, 0.0, 0.0});
+  const Plan plan = makePlan(in);
+  CHECK(plan.chosen.microBatches == 8);
+  // The table holds every divisor of the batch.
+  CHECK(plan.table.size() == 7);  // 1 2 4 8 16 32 64
+  for (const auto& row : plan.table) CHECK(row.stepSeconds >= plan.chosen.stepSeconds);
+}
+
+TEST_CASE("the memory budget rules out large stashes") {
+  PlannerInput in = pipeline(2, 64, 0.0, 0.001, 1000.0, LinkProfile{1e15, 0, 0});
+  in.schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
+  // GPipe holds all m micro-batches (the whole batch); 1F1B on stage 0 holds 2 of them.
+  in.memoryBudgetBytes = 64 * 1000.0 / 2;
+  const Plan plan = makePlan(in);
+  CHECK(plan.chosen.fits);
+  CHECK(plan.chosen.schedule == ScheduleKind::OneFOneB);
+  in.memoryBudgetBytes = 1.0;
+  CHECK_THROWS_WITH(makePlan(in), Catch::Contains("memory budget"));
+}
+
+TEST_CASE("the plan picks delay-aware 1F1B on a long link") {
+  PlannerInput in = pipeline(4, 32, 0.0, 0.01, 1e3, LinkProfile{1e9, 0.2, 0.0});
+  in.schedules = {ScheduleKind::OneFOneB, ScheduleKind::OneFOneBDelayAware};
+  in.microBatches = 8;
+  const Plan plan = makePlan(in);
+  CHECK(plan.chosen.schedule == ScheduleKind::OneFOneBDelayAware);
+  CHECK(plan.chosen.warmups.front() > 3);
+}
+
+TEST_CASE("a link that gets slower triggers a re-plan with another m") {
+  const int p = 3;
+  LinkProfile fast{1e9, 0.001, 1e-4}, slow{1e6, 0.05, 1e-4};
+  PlannerInput in = pipeline(p, 64, 0.002, 0.0005, 4e4, fast);
+  const Plan before = makePlan(in);
+  // The link slows: each step now takes what the simulator says under the slow link.
+  in.links.assign(p - 1, slow);
+  const double measured = evaluate(in, before.chosen.microBatches, before.chosen.schedule).stepSeconds;
+  ReplanMonitor monitor(0.2, 5);
+  int steps = 0;
+  while (!monitor.observe(before.chosen.stepSeconds, measured)) ++steps;
+  CHECK(steps == 4);  // fired on the fifth step off by more than 20%
+  const Plan after = makePlan(in);
+  CHECK(after.chosen.microBatches != before.chosen.microBatches);
+  CHECK(after.chosen.stepSeconds < measured);
+}
+
+TEST_CASE("the re-plan monitor needs a streak") {
+  ReplanMonitor monitor(0.2, 3);
+  CHECK_FALSE(monitor.observe(1.0, 1.5));
+  CHECK_FALSE(monitor.observe(1.0, 1.5));
+  CHECK_FALSE(monitor.observe(1.0, 1.1));  // within 20%: the streak restarts
+  CHECK_FALSE(monitor.observe(1.0, 0.5));
+  CHECK_FALSE(monitor.observe(1.0, 0.5));
+  CHECK(monitor.observe(1.0, 0.5));
+  CHECK_FALSE(monitor.observe(1.0, 0.5));  // fired once, then a new streak
+}

@@ -1,0 +1,93 @@
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "scheduler/error.h"
+#include "scheduler/simulator.h"
+
+using namespace skytrain::scheduler;
+
+namespace {
+
+PipelineCosts uniformCosts(int p, double tf, double tb, double x, double d) {
+  PipelineCosts c;
+  c.stages.assign(p, {tf, tb});
+  c.links.assign(p - 1, {x, x, d});
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the simulator matches GPipe's closed form on random configurations") {
+  std::mt19937 rng(12345);
+  std::uniform_real_distribution<double> compute(0.001, 0.1), transfer(0.0, 0.2), delay(0.0, 0.1);
+  std::uniform_int_distribution<int> stages(2, 6), microBatches(1, 16);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int p = stages(rng), m = microBatches(rng);
+    const double tf = compute(rng), tb = compute(rng), x = transfer(rng), d = delay(rng);
+    CAPTURE(trial, p, m, tf, tb, x, d);
+    const double simulated = simulate(makeSchedule(ScheduleKind::GPipe, p, m), uniformCosts(p, tf, tb, x, d)).stepSeconds;
+    REQUIRE(simulated == Approx(gpipeStepSeconds(p, m, tf, tb, x, d)).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("without communication the bubble ratio is (p-1)/(m+p-1)") {
+  const int p = GENERATE(2, 3, 4, 8);
+  const int m = GENERATE(1, 2, 4, 16);
+  const auto result = simulate(makeSchedule(ScheduleKind::GPipe, p, m), uniformCosts(p, 0.03, 0.05, 0, 0));
+  const double expected = static_cast<double>(p - 1) / (m + p - 1);
+  CHECK(result.bubbleRatio() == Approx(expected).epsilon(1e-9));
+  CHECK(bubbleRatio(m, 0.03, 0.05, result.stepSeconds) == Approx(expected).epsilon(1e-9));
+  // 1F1B has GPipe's step time without communication (it only bounds the stash).
+  CHECK(simulate(makeSchedule(ScheduleKind::OneFOneB, p, m), uniformCosts(p, 0.03, 0.05, 0, 0)).stepSeconds ==
+        Approx(result.stepSeconds).epsilon(1e-9));
+}
+
+TEST_CASE("the timeline respects dependencies and each stage's order") {
+  const PipelineCosts c = uniformCosts(3, 1.0, 2.0, 0.5, 0.25);
+  const auto result = simulate(makeSchedule(ScheduleKind::OneFOneB, 3, 4), c);
+  for (int s = 0; s < 3; ++s) {
+    REQUIRE(result.timeline[s].size() == 8);
+    for (size_t k = 1; k < result.timeline[s].size(); ++k) {
+      CHECK(result.timeline[s][k].start >= result.timeline[s][k - 1].end - 1e-12);
+    }
+    CHECK(result.busySeconds[s] == Approx(4 * 3.0));
+  }
+  // Stage 1's F0 cannot start before stage 0's F0 ends plus transfer and delay.
+  CHECK(result.timeline[1][0].start == Approx(1.0 + 0.5 + 0.25));
+}
+
+TEST_CASE("the simulator refuses mismatched costs") {
+  CHECK_THROWS_AS(simulate(makeSchedule(ScheduleKind::GPipe, 3, 2), uniformCosts(2, 1, 1, 0, 0)), skytrain::Error);
+}
+
+TEST_CASE("delay-aware 1F1B beats plain 1F1B once the round trip exceeds a micro-batch's compute") {
+  const int p = 4, m = 8;
+  const double tf = 1.0, tb = 1.0;
+  for (double d : {0.0, 0.5, 2.0, 5.0}) {
+    CAPTURE(d);
+    const PipelineCosts c = uniformCosts(p, tf, tb, 0.1, d);
+    const double plain = simulate(makeSchedule(ScheduleKind::OneFOneB, p, m), c).stepSeconds;
+    const auto warmups = delayAwareWarmups(c, m);
+    const Schedule aware = makeSchedule(ScheduleKind::OneFOneBDelayAware, p, m, warmups);
+    CHECK(validateSchedule(aware).empty());
+    const double delayed = simulate(aware, c).stepSeconds;
+    const double roundTrip = 2 * (0.1 + d);
+    if (roundTrip > tf + tb) {
+      CHECK(delayed < plain * 0.95);
+    } else {
+      CHECK(delayed <= plain + 1e-9);
+    }
+  }
+  // Free links: the warm-up is plain 1F1B's.
+  CHECK(delayAwareWarmups(uniformCosts(4, 1, 1, 0, 0), 8) == std::vector<int>{3, 2, 1, 0});
+  CHECK(delayAwareWarmups(uniformCosts(4, 1, 1, 0, 0), 2) == std::vector<int>{2, 2, 1, 0});
+}
+
+TEST_CASE("fitLinear recovers a + k b") {
+  const LinearFit f = fitLinear({{1, 3.0}, {2, 5.0}, {4, 9.0}});
+  CHECK(f.a == Approx(1.0));
+  CHECK(f.k == Approx(2.0));
+  CHECK(fitLinear({{4, 7.0}}).at(100) == Approx(7.0));
+  CHECK_THROWS_AS(fitLinear({}), skytrain::Error);
+}
