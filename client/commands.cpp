@@ -39,7 +39,7 @@ int guarded(Fn&& fn) {
 }
 
 int streamUntilDone(protocol::ControlClient& client, const ClientOptions& options, const std::string& job) {
-  size_t shown = 0;
+  size_t shown = 0, plansShown = 0;
   int missed = 0;
   while (true) {
     Json reply;
@@ -51,6 +51,10 @@ int streamUntilDone(protocol::ControlClient& client, const ClientOptions& option
       continue;
     }
     const Json& status = reply["job"];
+    for (; plansShown < status["plans"].size(); ++plansShown) {
+      const Json& plan = status["plans"][plansShown];
+      std::cout << (plansShown == 0 ? "plan:\n" : "new plan:\n") << formatPlan(plan);
+    }
     for (const auto& step : status["steps"]) std::cout << formatStep(step, status["steps_total"]) << "\n";
     shown += status["steps"].size();
     std::cout.flush();
@@ -77,6 +81,29 @@ int submit(const ClientOptions& options, const std::string& specPath, bool detac
   });
 }
 
+int plan(const ClientOptions& options, const std::string& specPath) {
+  return guarded([&] {
+    zmq::context_t context;
+    protocol::ControlClient client(context, options.daemon);
+    const std::string job = client.request({{"type", protocol::kSubmit}, {"spec", readSpec(specPath)}, {"dry_run", true}},
+                                           options.timeout)["job"];
+    std::cout << "profiling job " << job << " (dry run)\n";
+    while (true) {
+      const Json status = client.request({{"type", protocol::kStatus}, {"job", job}}, options.timeout)["job"];
+      const std::string state = status["state"];
+      if (state == "succeeded" && !status["plans"].empty()) {
+        std::cout << formatPlan(status["plans"].back());
+        return 0;
+      }
+      if (state == "succeeded" || state == "failed" || state == "cancelled") {
+        std::cerr << "error: no plan: " << status["error"].get<std::string>() << "\n";
+        return kFailed;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+}
+
 int status(const ClientOptions& options, const std::string& job, bool json) {
   return guarded([&] {
     zmq::context_t context;
@@ -92,6 +119,11 @@ int status(const ClientOptions& options, const std::string& job, bool json) {
               << status["steps_total"] << ", " << status["stages"] << " stages, " << status["schedule"].get<std::string>()
               << " m=" << status["micro_batches"] << "\n";
     if (!status["steps"].empty()) std::cout << "  last: " << formatStep(status["steps"].back(), status["steps_total"]) << "\n";
+    for (const auto& plan : status["plans"]) {
+      std::cout << "  plan from step " << plan["from_step"] << ": m=" << plan["micro_batches"] << " "
+                << plan["schedule"].get<std::string>() << ", predicted " << plan["step_s"].get<double>() << " s/step ("
+                << plan["reason"].get<std::string>() << ")\n";
+    }
     std::cout << formatSummary(status);
     return 0;
   });

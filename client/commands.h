@@ -17,6 +17,9 @@ struct ClientOptions {
 // or an unreachable daemon.
 int submit(const ClientOptions& options, const std::string& specPath, bool detach);
 int status(const ClientOptions& options, const std::string& job, bool json);
+// Dry run: the daemons build the stages and profile them, the coordinator prints the plan's
+// table, nothing trains. Returns 0 when a plan was made.
+int plan(const ClientOptions& options, const std::string& specPath);
 int list(const ClientOptions& options);
 int cancel(const ClientOptions& options, const std::string& job);
 

@@ -26,6 +26,39 @@ std::string formatStep(const nlohmann::json& step, int stepsTotal) {
   return text;
 }
 
+std::string formatPlan(const nlohmann::json& plan) {
+  std::string out;
+  char line[256];
+  for (size_t i = 0; i < plan["links"].size(); ++i) {
+    const auto& l = plan["links"][i];
+    std::snprintf(line, sizeof line, "  link %zu->%zu: %s/s, one-way delay %.3f ms\n", i, i + 1,
+                  formatBytes(l["bandwidth_bytes_per_s"].get<double>()).c_str(), 1e3 * l["delay_s"].get<double>());
+    out += line;
+  }
+  for (size_t i = 0; i < plan["stages"].size(); ++i) {
+    const auto& s = plan["stages"][i];
+    std::snprintf(line, sizeof line, "  stage %zu: t_f(b) = %.2f + %.3f b ms, t_b(b) = %.2f + %.3f b ms\n", i,
+                  1e3 * s["forward_s"]["a"].get<double>(), 1e3 * s["forward_s"]["k"].get<double>(),
+                  1e3 * s["backward_s"]["a"].get<double>(), 1e3 * s["backward_s"]["k"].get<double>());
+    out += line;
+  }
+  out += "     m  schedule     step (s)  bubble     sent/step     stash  \n";
+  for (const auto& row : plan["table"]) {
+    const bool chosen = row["micro_batches"] == plan["micro_batches"] && row["schedule"] == plan["schedule"];
+    std::snprintf(line, sizeof line, "  %4d  %-11s %9.4f  %6.3f  %12s  %8s%s%s\n", row["micro_batches"].get<int>(),
+                  row["schedule"].get<std::string>().c_str(), row["step_s"].get<double>(), row["bubble"].get<double>(),
+                  formatBytes(row["bytes_per_step"].get<double>()).c_str(),
+                  formatBytes(row["stash_bytes"].get<double>()).c_str(), row["fits"].get<bool>() ? "" : "  (over budget)",
+                  chosen ? "  <- chosen" : "");
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "  chosen: m=%d %s, predicted %.4f s/step, bubble %.3f (from step %lld: %s)\n",
+                plan["micro_batches"].get<int>(), plan["schedule"].get<std::string>().c_str(),
+                plan["step_s"].get<double>(), plan["bubble"].get<double>(),
+                static_cast<long long>(plan["from_step"].get<int64_t>()), plan["reason"].get<std::string>().c_str());
+  return out + line;
+}
+
 std::string formatSummary(const nlohmann::json& job) {
   const auto& s = job["summary"];
   std::string out = "job " + job["id"].get<std::string>() + " " + job["state"].get<std::string>();
@@ -43,7 +76,15 @@ std::string formatSummary(const nlohmann::json& job) {
                 s["tokens_per_s"].get<double>(), formatBytes(s["bytes_sent_total"].get<double>()).c_str(),
                 formatBytes(s["bytes_sent_per_step"].get<double>()).c_str(),
                 formatBytes(s.value("bytes_raw_per_step", 0.0)).c_str());
-  return out + text;
+  out += text;
+  if (s.contains("measured_step_s")) {
+    std::snprintf(text, sizeof text,
+                  "  step time predicted %.4f s, measured %.4f s (mean of %d steps); bubble predicted %.3f, measured %.3f\n",
+                  s["predicted_step_s"].get<double>(), s["measured_step_s"].get<double>(), s["measured_steps"].get<int>(),
+                  s["predicted_bubble"].get<double>(), s["measured_bubble"].get<double>());
+    out += text;
+  }
+  return out;
 }
 
 }  // namespace skytrain::client

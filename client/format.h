@@ -11,5 +11,7 @@ std::string formatBytes(double bytes);
 // "step 12/200  loss 3.4512  1234 tok/s  sent 1.05 MB/step  0.21 s"
 std::string formatStep(const nlohmann::json& step, int stepsTotal);
 std::string formatSummary(const nlohmann::json& job);
+// The planner's table (m, schedule, predicted step time, bubble, bytes) and its inputs.
+std::string formatPlan(const nlohmann::json& plan);
 
 }  // namespace skytrain::client

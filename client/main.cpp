@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "show a job's state and metrics");
   status->add_option("job", job, "job id")->required();
   status->add_flag("--json", json, "print the full status as JSON");
+  auto* plan = app.add_subcommand("plan", "dry run: profile the stages and links, print the plan, train nothing");
+  plan->add_option("spec", spec, "job spec (JSON file)")->required();
   auto* list = app.add_subcommand("list", "list the jobs this daemon coordinates");
   auto* cancel = app.add_subcommand("cancel", "cancel a job (idempotent)");
   cancel->add_option("job", job, "job id")->required();
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   namespace client = skytrain::client;
   if (*submit) return client::submit(options, spec, detach);
   if (*status) return client::status(options, job, json);
+  if (*plan) return client::plan(options, spec);
   if (*list) return client::list(options);
   if (*cancel) return client::cancel(options, job);
   return 2;

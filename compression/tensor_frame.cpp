@@ -31,7 +31,7 @@ uint64_t frameChecksum(const unsigned char* header, size_t headerSize, const std
   return sum;
 }
 
-bool validDirection(uint64_t d) { return d <= static_cast<uint64_t>(FrameDirection::Eval); }
+bool validDirection(uint64_t d) { return d <= static_cast<uint64_t>(FrameDirection::ProbeReply); }
 bool validDType(uint64_t d) { return d >= 1 && d <= static_cast<uint64_t>(WireDType::UInt8); }
 
 }  // namespace
@@ -120,6 +120,8 @@ std::string toString(FrameDirection direction) {
     case FrameDirection::Forward: return "forward";
     case FrameDirection::Backward: return "backward";
     case FrameDirection::Eval: return "eval";
+    case FrameDirection::Probe: return "probe";
+    case FrameDirection::ProbeReply: return "probe reply";
   }
   return "unknown";
 }

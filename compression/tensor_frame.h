@@ -41,7 +41,12 @@ enum class FrameDirection : uint8_t {
   Forward = 0,   // activations, stage s -> s+1
   Backward = 1,  // activation gradients, stage s+1 -> s
   Eval = 2,      // validation activations (forward, no backward follows)
+  Probe = 3,     // link profiling, stage s -> s+1
+  ProbeReply = 4,  // its echo, stage s+1 -> s
 };
+
+// Frames that travel upstream (s+1 -> s) arrive in the receiver's from-next queue.
+inline bool travelsUpstream(FrameDirection d) { return d == FrameDirection::Backward || d == FrameDirection::ProbeReply; }
 
 struct TensorFrame {
   uint64_t job = 0;

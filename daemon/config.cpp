@@ -19,6 +19,7 @@ DaemonConfig parseDaemonConfig(const std::string& text) {
   c.insecure = r.boolean("insecure", c.insecure);
   c.torchThreads = static_cast<int>(r.integer("torch_threads", c.torchThreads, 0, 1024));
   c.logLevel = r.string("log_level", c.logLevel);
+  c.memoryBudgetMb = r.integer("memory_budget_mb", c.memoryBudgetMb, 0, int64_t{1} << 40);
   r.finish();
   if (c.logLevel != "debug" && c.logLevel != "info" && c.logLevel != "warn" && c.logLevel != "error") {
     throw SpecError("$.log_level", "\"" + c.logLevel + "\" is not one of debug, info, warn, error");

@@ -1,6 +1,7 @@
 // DaemonConfig: skytraind's settings, read once from /etc/skytrain/skytraind.json.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace skytrain::daemon {
@@ -18,6 +19,7 @@ struct DaemonConfig {
   // trusted networks only.
   bool insecure = false;
   int torchThreads = 0;  // 0: LibTorch's default
+  int64_t memoryBudgetMb = 0;  // activation stash per hosted stage; 0: half the physical memory
   std::string logLevel = "info";
 };
 

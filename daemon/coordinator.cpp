@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 
+#include "daemon/planning.h"
 #include "daemon/protocol/control.h"
 #include "scheduler/error.h"
 
@@ -12,6 +13,11 @@ namespace skytrain::daemon {
 namespace {
 
 constexpr std::chrono::milliseconds kStageRequestTimeout{5000};
+// Re-plan when measured step times are more than 20% off the prediction for 5 steps in a
+// row; the stages profile again kReplanLead steps later, at a boundary none has reached.
+constexpr double kReplanTolerance = 0.2;
+constexpr int kReplanPatience = 5;
+constexpr int64_t kReplanLead = 3;
 
 }  // namespace
 
@@ -31,37 +37,114 @@ Coordinator::~Coordinator() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Coordinator::run() {
+void Coordinator::prepareAndStart() {
   const int stages = static_cast<int>(spec_.stages.size());
+  std::vector<std::string> data(stages);
+  for (int i = 0; i < stages; ++i) {
+    protocol::ControlClient client(context_, spec_.stages[i].daemon);
+    try {
+      const auto reply = client.request({{"type", protocol::kStagePrepare}, {"job", jobId_}, {"stage", i},
+                                         {"spec", specText_}, {"coordinator", selfControl_}},
+                                        kStageRequestTimeout);
+      data[i] = reply.at("data_endpoint").get<std::string>();
+    } catch (const std::exception& e) {
+      throw PeerError("stage " + std::to_string(i) + " (" + spec_.stages[i].daemon + "): " + e.what());
+    }
+  }
+  for (int i = 0; i < stages; ++i) {
+    protocol::ControlClient client(context_, spec_.stages[i].daemon);
+    client.request({{"type", protocol::kStageStart}, {"job", jobId_}, {"stage", i},
+                    {"previous", i > 0 ? data[i - 1] : ""}, {"next", i + 1 < stages ? data[i + 1] : ""}},
+                   kStageRequestTimeout);
+  }
+}
+
+void Coordinator::sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout) {
+  for (int i = 0; i < static_cast<int>(spec_.stages.size()); ++i) {
+    nlohmann::json m = message;
+    m["job"] = jobId_;
+    m["stage"] = i;
+    protocol::ControlClient client(context_, spec_.stages[i].daemon);
+    client.request(m, timeout);
+  }
+}
+
+void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step, const std::string& reason) {
+  const scheduler::PlannerInput input = plannerInput(spec_, profiles);
+  const scheduler::Plan chosen = scheduler::makePlan(input);
+  predictedStepSeconds_ = chosen.chosen.stepSeconds;
+  table_.setPlan(jobId_, toJson(chosen, input), step, reason);
+  spdlog::info("job {}: plan from step {} ({}): m={} {} predicted {:.4f} s/step", jobId_, step, reason,
+               chosen.chosen.microBatches, scheduler::toString(chosen.chosen.schedule), chosen.chosen.stepSeconds);
+  if (table_.dryRun(jobId_)) return;
+  sendToStages({{"type", protocol::kStagePlan}, {"micro_batches", chosen.chosen.microBatches},
+                {"schedule", scheduler::toString(chosen.chosen.schedule)}, {"warmups", chosen.chosen.warmups}},
+               kStageRequestTimeout);
+}
+
+bool Coordinator::requestProfiles(int64_t step) {
   try {
-    std::vector<std::string> data(stages);
-    for (int i = 0; i < stages; ++i) {
-      protocol::ControlClient client(context_, spec_.stages[i].daemon);
-      try {
-        const auto reply = client.request({{"type", protocol::kStagePrepare}, {"job", jobId_}, {"stage", i},
-                                           {"spec", specText_}, {"coordinator", selfControl_}},
-                                          kStageRequestTimeout);
-        data[i] = reply.at("data_endpoint").get<std::string>();
-      } catch (const std::exception& e) {
-        throw PeerError("stage " + std::to_string(i) + " (" + spec_.stages[i].daemon + "): " + e.what());
-      }
+    sendToStages({{"type", protocol::kStageProfile}, {"at_step", step}}, kStageRequestTimeout);
+    return true;
+  } catch (const Error& e) {
+    spdlog::warn("job {}: re-profile before step {} refused ({}); cancelling it", jobId_, step, e.what());
+    try {
+      sendToStages({{"type", protocol::kStageProfile}, {"at_step", -1}}, kStageRequestTimeout);
+    } catch (const Error&) {
     }
-    for (int i = 0; i < stages; ++i) {
-      protocol::ControlClient client(context_, spec_.stages[i].daemon);
-      client.request({{"type", protocol::kStageStart}, {"job", jobId_}, {"stage", i},
-                      {"previous", i > 0 ? data[i - 1] : ""}, {"next", i + 1 < stages ? data[i + 1] : ""}},
-                     kStageRequestTimeout);
-    }
+    return false;
+  }
+}
+
+void Coordinator::run() {
+  try {
+    prepareAndStart();
     table_.transition(jobId_, JobState::Running);
-    spdlog::info("job {}: running on {} stages", jobId_, stages);
+    spdlog::info("job {}: running on {} stages", jobId_, spec_.stages.size());
+    int64_t profileStep = 0;
+    std::string reason = "initial plan";
+    bool awaitingProfiles = true;
+    size_t seenSteps = 0;
+    scheduler::ReplanMonitor monitor(kReplanTolerance, kReplanPatience);
     while (true) {
-      if (table_.waitForEnd(jobId_, std::chrono::milliseconds(200))) {
+      table_.waitForChange(jobId_, std::chrono::milliseconds(200));
+      if (isTerminal(table_.state(jobId_))) break;
+      if (table_.allStagesDone(jobId_)) {
         table_.transition(jobId_, JobState::Succeeded);
         break;
       }
-      if (isTerminal(table_.state(jobId_))) break;
       if (stopping_) {
         table_.transition(jobId_, JobState::Failed, "the coordinating daemon shut down");
+        break;
+      }
+      if (awaitingProfiles) {
+        const auto profiles = table_.takeProfiles(jobId_, profileStep);
+        if (!profiles) continue;
+        plan(*profiles, profileStep, reason);
+        if (table_.dryRun(jobId_)) {
+          table_.transition(jobId_, JobState::Succeeded);
+          break;
+        }
+        awaitingProfiles = false;
+        monitor.reset();
+        continue;
+      }
+      for (const auto& row : table_.steps(jobId_, seenSteps)) {
+        ++seenSteps;
+        const int64_t step = row["step"].get<int64_t>();
+        if (step <= profileStep) continue;  // the first step under a plan pays for new buffer sizes
+        const double measured = row["step_s"].get<double>();
+        if (!monitor.observe(predictedStepSeconds_, measured)) continue;
+        const int64_t at = step + kReplanLead;
+        char why[160];
+        std::snprintf(why, sizeof why, "re-plan: measured %.4f s/step vs predicted %.4f s for %d steps", measured,
+                      predictedStepSeconds_, kReplanPatience);
+        spdlog::info("job {}: {}; profiling again before step {}", jobId_, why, at);
+        if (requestProfiles(at)) {
+          profileStep = at;
+          reason = why;
+          awaitingProfiles = true;
+        }
         break;
       }
     }
@@ -69,7 +152,7 @@ void Coordinator::run() {
     table_.transition(jobId_, JobState::Failed, e.what());
   }
   const JobState final = table_.state(jobId_);
-  if (final != JobState::Succeeded) abortStages();
+  if (final != JobState::Succeeded || table_.dryRun(jobId_)) abortStages();
   spdlog::info("job {}: {}", jobId_, toString(final));
   finished_ = true;
 }

@@ -1,6 +1,7 @@
 // Coordinator: the thread that drives one job submitted to this daemon — prepares and
-// starts every stage on its daemon, waits for the end, aborts the stages on failure or
-// cancel — while the control thread records the stages' reports in the JobTable.
+// starts every stage on its daemon, plans from the stages' profiles (and plans again when
+// measured step times drift from the prediction), waits for the end, aborts the stages on
+// failure or cancel — while the control thread records the stages' reports in the JobTable.
 #pragma once
 
 #include <zmq.hpp>
@@ -11,6 +12,7 @@
 
 #include "daemon/job_table.h"
 #include "daemon/protocol/job_spec.h"
+#include "scheduler/planner.h"
 
 namespace skytrain::daemon {
 
@@ -25,6 +27,12 @@ class Coordinator {
 
  private:
   void run();
+  void prepareAndStart();
+  // Plans from the profiles taken before `step` and sends the plan to every stage.
+  void plan(const std::vector<nlohmann::json>& profiles, int64_t step, const std::string& reason);
+  // Asks every stage to profile again before `step`; false if one had passed it already.
+  bool requestProfiles(int64_t step);
+  void sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout);
   void abortStages();
 
   zmq::context_t& context_;
@@ -35,6 +43,7 @@ class Coordinator {
   std::string selfControl_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> finished_{false};
+  double predictedStepSeconds_ = 0;
   std::thread thread_;  // owns a DEALER per stage daemon (inside run)
 };
 

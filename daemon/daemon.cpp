@@ -35,6 +35,12 @@ void checkCodecs(const protocol::JobSpec& spec) {
 
 }  // namespace
 
+double memoryBudgetBytes(const DaemonConfig& config) {
+  if (config.memoryBudgetMb > 0) return config.memoryBudgetMb * 1024.0 * 1024.0;
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  return physical / 2;
+}
+
 std::string advertisedEndpoint(const std::string& bound, const std::string& host) {
   const auto scheme = bound.find("://");
   const auto colon = bound.rfind(':');
@@ -64,7 +70,7 @@ Daemon::Daemon(DaemonConfig config)
   dataEndpoint_ = advertisedEndpoint(router_->boundEndpoint(), config_.advertiseHost);
   jobs_ = std::make_unique<JobTable>(config_.stateDir);
   jobs_->load();
-  stages_ = std::make_unique<StageHost>(context_, *router_, config_.stateDir, dataEndpoint_);
+  stages_ = std::make_unique<StageHost>(context_, *router_, config_.stateDir, dataEndpoint_, memoryBudgetBytes(config_));
   writeFileAtomic(config_.stateDir + "/endpoints.json",
                   Json{{"control", controlEndpoint_}, {"data", dataEndpoint_}, {"pid", ::getpid()}}.dump());
   router_->start();
@@ -128,6 +134,8 @@ Json Daemon::handle(const Json& request) {
   if (type == protocol::kStagePrepare) return stages_->prepare(request);
   if (type == protocol::kStageStart) return stages_->start(request);
   if (type == protocol::kStageAbort) return stages_->abort(request);
+  if (type == protocol::kStagePlan) return stages_->plan(request);
+  if (type == protocol::kStageProfile) return stages_->profile(request);
   if (type == protocol::kStageReport) {
     jobs_->applyReport(request);
     return nullptr;  // one-way
@@ -140,7 +148,7 @@ Json Daemon::submit(const Json& request) {
   const std::string text = request["spec"].get<std::string>();
   const protocol::JobSpec spec = protocol::parseJobSpec(text);
   checkCodecs(spec);
-  const std::string id = jobs_->create(spec, text);
+  const std::string id = jobs_->create(spec, text, request.value("dry_run", false));
   coordinators_[id] = std::make_unique<Coordinator>(context_, *jobs_, id, spec, text, controlEndpoint_);
   spdlog::info("job {} (\"{}\"): submitted, {} stages, {} steps", id, spec.name, spec.stages.size(), spec.steps);
   return {{"ok", true}, {"job", id}};

@@ -53,6 +53,10 @@ class Daemon {
   std::atomic<bool> stopping_{false};
 };
 
+// The activation-stash budget a stage reports to the planner: memory_budget_mb, or half
+// of this machine's physical memory when it is 0.
+double memoryBudgetBytes(const DaemonConfig& config);
+
 // Replaces a wildcard host ("0.0.0.0", "*", "[::]") in a bound endpoint with `host`
 // (this machine's host name when empty).
 std::string advertisedEndpoint(const std::string& bound, const std::string& host);

@@ -80,7 +80,7 @@ void DataRouter::route(zmq::message_t& header, zmq::message_t& payload) {
                  compression::toString(frame.direction), frame.job, frame.stage);
     return;
   }
-  (frame.direction == FrameDirection::Backward ? box->fromNext : box->fromPrevious).push(std::move(frame));
+  (compression::travelsUpstream(frame.direction) ? box->fromNext : box->fromPrevious).push(std::move(frame));
 }
 
 }  // namespace skytrain::daemon

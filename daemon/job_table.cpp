@@ -74,6 +74,8 @@ void JobTable::load() {
       r.createdAt = doc.value("created_at", 0.0);
       r.finishedAt = doc.value("finished_at", 0.0);
       r.evals = doc.value("evals", std::vector<Json>{});
+      r.plans = doc.value("plans", std::vector<Json>{});
+      r.dryRun = doc.value("dry_run", false);
       std::ifstream metrics(entry.path().string() + "/metrics.jsonl");
       for (std::string line; std::getline(metrics, line);) {
         if (!line.empty()) r.steps.push_back(Json::parse(line));
@@ -92,9 +94,10 @@ void JobTable::load() {
   spdlog::info("jobs: loaded {} job records from {}", records_.size(), stateDir_);
 }
 
-std::string JobTable::create(const protocol::JobSpec& spec, const std::string& specText) {
+std::string JobTable::create(const protocol::JobSpec& spec, const std::string& specText, bool dryRun) {
   std::lock_guard<std::mutex> lock(mutex_);
   Record r;
+  r.dryRun = dryRun;
   do {
     r.id = newJobId();
   } while (records_.count(r.id));
@@ -131,8 +134,9 @@ Json JobTable::header(const Record& r) const {
           {"steps_total", r.spec.steps},
           {"steps_done", r.steps.size()},
           {"stages", r.spec.stages.size()},
-          {"micro_batches", r.spec.microBatches},
-          {"schedule", r.spec.schedule},
+          {"micro_batches", r.plans.empty() ? Json(r.spec.microBatches) : r.plans.back()["micro_batches"]},
+          {"schedule", r.plans.empty() ? Json(r.spec.schedule) : r.plans.back()["schedule"]},
+          {"dry_run", r.dryRun},
           {"created_at", r.createdAt},
           {"finished_at", r.finishedAt}};
 }
@@ -160,6 +164,29 @@ Json JobTable::summary(const Record& r) const {
   s["bytes_raw_per_step"] = raw / r.steps.size();
   s["train_seconds"] = seconds;
   if (!r.evals.empty()) s["validation_loss"] = r.evals.back()["loss"];
+  // Predicted vs measured under the plan in force: the first step after a plan is skipped
+  // (it pays for allocating new buffer sizes).
+  if (!r.plans.empty()) {
+    const Json& plan = r.plans.back();
+    const int64_t from = plan["from_step"].get<int64_t>() + 1;
+    double measured = 0, busy = 0;
+    int counted = 0;
+    for (const auto& step : r.steps) {
+      if (step["step"].get<int64_t>() < from) continue;
+      measured += step["step_s"].get<double>();
+      double compute = 0;
+      for (const auto& c : step["compute_s"]) compute += c.get<double>();
+      busy += compute / (step["compute_s"].size() * step["step_s"].get<double>());
+      ++counted;
+    }
+    s["predicted_step_s"] = plan["step_s"];
+    s["predicted_bubble"] = plan["bubble"];
+    if (counted > 0) {
+      s["measured_step_s"] = measured / counted;
+      s["measured_bubble"] = 1.0 - busy / counted;
+      s["measured_steps"] = counted;
+    }
+  }
   return s;
 }
 
@@ -171,6 +198,7 @@ Json JobTable::status(const std::string& id, size_t sinceStep) const {
   for (size_t i = sinceStep; i < r.steps.size(); ++i) job["steps"].push_back(r.steps[i]);
   job["evals"] = r.evals;
   job["summary"] = summary(r);
+  job["plans"] = r.plans;
   return job;
 }
 
@@ -189,6 +217,7 @@ bool JobTable::transition(const std::string& id, JobState state, const std::stri
   if (!error.empty()) r.error = error;
   if (isTerminal(state)) r.finishedAt = now();
   persist(r);
+  ++r.version;
   changed_.notify_all();
   return true;
 }
@@ -208,6 +237,8 @@ void JobTable::applyReport(const Json& report) {
   } else if (kind == "eval") {
     r.evals.push_back({{"step", report.at("step")}, {"loss", report.at("loss")}});
     persist(r);
+  } else if (kind == "profile") {
+    r.profiles[report.at("step").get<int64_t>()][stage] = report.at("profile");
   } else if (kind == "done") {
     ++r.stagesDone;
   } else if (kind == "failed") {
@@ -221,6 +252,7 @@ void JobTable::applyReport(const Json& report) {
   } else {
     throw WireError("report kind \"" + kind + "\" is unknown");
   }
+  ++r.version;
   changed_.notify_all();
 }
 
@@ -245,6 +277,7 @@ void JobTable::completeSteps(Record& r) {
                 {"tokens_per_s", stepSeconds > 0 ? tokens / stepSeconds : 0.0},
                 {"bytes_sent", bytes},
                 {"bytes_raw", raw},
+                {"micro_batches", reports.begin()->second.value("micro_batches", 0)},
                 {"compute_s", compute}};
     appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump());
     r.steps.push_back(std::move(row));
@@ -252,18 +285,58 @@ void JobTable::completeSteps(Record& r) {
   }
 }
 
-bool JobTable::waitForEnd(const std::string& id, std::chrono::milliseconds timeout) {
+void JobTable::waitForChange(const std::string& id, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   Record& r = find(id);
-  const int stages = static_cast<int>(r.spec.stages.size());
-  changed_.wait_for(lock, timeout, [&] { return isTerminal(r.state) || r.stagesDone == stages; });
-  return r.stagesDone == stages;
+  const uint64_t seen = r.version;
+  changed_.wait_for(lock, timeout, [&] { return r.version != seen; });
+}
+
+bool JobTable::allStagesDone(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Record& r = find(id);
+  return r.stagesDone == static_cast<int>(r.spec.stages.size());
+}
+
+bool JobTable::dryRun(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return find(id).dryRun;
+}
+
+std::optional<std::vector<Json>> JobTable::takeProfiles(const std::string& id, int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  auto it = r.profiles.find(step);
+  if (it == r.profiles.end() || it->second.size() != r.spec.stages.size()) return std::nullopt;
+  std::vector<Json> out;
+  for (auto& entry : it->second) out.push_back(std::move(entry.second));
+  r.profiles.erase(it);
+  return out;
+}
+
+void JobTable::setPlan(const std::string& id, Json plan, int64_t fromStep, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  plan["from_step"] = fromStep;
+  plan["reason"] = reason;
+  r.plans.push_back(std::move(plan));
+  persist(r);
+  ++r.version;
+  changed_.notify_all();
+}
+
+std::vector<Json> JobTable::steps(const std::string& id, size_t from) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Record& r = find(id);
+  if (from >= r.steps.size()) return {};
+  return {r.steps.begin() + static_cast<std::ptrdiff_t>(from), r.steps.end()};
 }
 
 void JobTable::persist(const Record& r) const {
   Json doc = header(r);
   doc["spec"] = r.specText;
   doc["evals"] = r.evals;
+  doc["plans"] = r.plans;
   doc["summary"] = summary(r);
   writeFileAtomic(jobDir(r.id) + "/record.json", doc.dump(2));
 }

@@ -32,7 +32,7 @@ class JobTable {
   // stopped is marked failed, its metrics kept. Unreadable records are skipped (logged).
   void load();
 
-  std::string create(const protocol::JobSpec& spec, const std::string& specText);
+  std::string create(const protocol::JobSpec& spec, const std::string& specText, bool dryRun = false);
   std::string jobDir(const std::string& id) const;
 
   // Throws skytrain::Error if the job is unknown.
@@ -45,9 +45,17 @@ class JobTable {
   // Applies a one-way stage.report message (step, eval, done or failed).
   void applyReport(const Json& report);
 
-  // Blocks until the job is terminal or all of its stages reported done, or timeout.
-  // Returns true if all stages are done.
-  bool waitForEnd(const std::string& id, std::chrono::milliseconds timeout);
+  // Blocks until the job changes (a report, a transition) or timeout.
+  void waitForChange(const std::string& id, std::chrono::milliseconds timeout);
+  bool allStagesDone(const std::string& id) const;
+  bool dryRun(const std::string& id) const;
+
+  // Every stage's profile taken before `step`, once all have arrived (then forgotten).
+  std::optional<std::vector<Json>> takeProfiles(const std::string& id, int64_t step);
+  // Records the plan in force from `fromStep`, and why it was made.
+  void setPlan(const std::string& id, Json plan, int64_t fromStep, const std::string& reason);
+  // Step rows [from, end).
+  std::vector<Json> steps(const std::string& id, size_t from) const;
 
  private:
   struct Record {
@@ -59,6 +67,10 @@ class JobTable {
     double createdAt = 0;
     double finishedAt = 0;
     int stagesDone = 0;
+    bool dryRun = false;
+    uint64_t version = 0;  // bumped on every change, for waitForChange
+    std::vector<Json> plans;  // each with from_step and reason; the last is in force
+    std::map<int64_t, std::map<int, Json>> profiles;  // step -> stage -> profile
     std::vector<Json> steps;
     std::vector<Json> evals;
     std::map<int64_t, std::map<int, Json>> pending;  // step -> stage -> report

@@ -37,8 +37,8 @@ class FrameQueue {
   std::deque<compression::TensorFrame> frames_;
 };
 
-// Frames for one (job, stage): from the previous stage (forward, eval) and from the next
-// stage (backward). Each queue is FIFO, and ZeroMQ keeps one link's frames in order.
+// Frames for one (job, stage): from the previous stage (forward, eval, probe) and from the
+// next stage (backward, probe reply). Each queue is FIFO, and ZeroMQ keeps one link's frames in order.
 struct Mailbox {
   FrameQueue fromPrevious;
   FrameQueue fromNext;

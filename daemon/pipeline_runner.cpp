@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "compression/codec_registry.h"
+#include "daemon/timing.h"
 #include "scheduler/error.h"
 #include "stages/gpt.h"
 
@@ -12,11 +13,8 @@ namespace skytrain::daemon {
 namespace {
 
 using compression::FrameDirection;
-using Clock = std::chrono::steady_clock;
 
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+}  // namespace
 
 stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   stages::GptConfig c;
@@ -34,24 +32,13 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   return c;
 }
 
-// Adds the time of a scope to a counter.
-class Timed {
- public:
-  explicit Timed(double& total) : total_(total), start_(Clock::now()) {}
-  ~Timed() { total_ += secondsSince(start_); }
-
- private:
-  double& total_;
-  Clock::time_point start_;
-};
-
-}  // namespace
-
-PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey)
-    : spec_(spec), stage_(stage), jobKey_(jobKey) {
+PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes)
+    : spec_(spec), stage_(stage), jobKey_(jobKey), memoryBudgetBytes_(memoryBudgetBytes) {
+  RunPlan initial;
+  initial.microBatches = spec.microBatches > 0 ? spec.microBatches : 1;
   const auto kind = scheduler::parseScheduleKind(spec.schedule);
-  if (!kind) throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\"");
-  schedule_ = scheduler::makeSchedule(*kind, static_cast<int>(spec.stages.size()), spec.microBatches);
+  if (kind && *kind != scheduler::ScheduleKind::OneFOneBDelayAware) initial.schedule = *kind;
+  setPlan(initial);
   const auto& range = spec.stages.at(stage);
   model_ = stages::makeGptStage(gptConfig(spec.model), range.firstLayer, range.lastLayer, spec.seed);
   if (isFirst() || isLast()) {
@@ -79,6 +66,17 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
 }
 
 PipelineRunner::~PipelineRunner() = default;
+
+void PipelineRunner::setPlan(const RunPlan& plan) {
+  if (plan.microBatches < 1 || spec_.batchSize % plan.microBatches != 0) {
+    throw Error("plan: " + std::to_string(plan.microBatches) + " micro-batches do not divide batch_size " +
+                std::to_string(spec_.batchSize));
+  }
+  schedule_ = scheduler::makeSchedule(plan.schedule, static_cast<int>(spec_.stages.size()), plan.microBatches,
+                                      plan.warmups);
+  const std::string problem = scheduler::validateSchedule(schedule_);
+  if (!problem.empty()) throw Error("plan: schedule " + scheduler::toString(plan.schedule) + ": " + problem);
+}
 
 void PipelineRunner::connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next) {
   SKYTRAIN_CHECK(isFirst() == !previous && isLast() == !next, "links do not match stage " << stage_);
@@ -111,7 +109,7 @@ StepStats PipelineRunner::runStep(uint64_t step) {
     optimizer_->zero_grad();
   }
   SKYTRAIN_CHECK(model_->inFlight() == 0, "micro-batches left in flight after step " << step);
-  stats.loss = isLast() ? lossSum / spec_.microBatches : std::nan("");
+  stats.loss = isLast() ? lossSum / schedule_.microBatches : std::nan("");
   stats.computeSeconds = computeSeconds_;
   stats.bytesSent = bytesSent() - bytesBefore;
   stats.bytesRaw = bytesRaw_;
@@ -120,7 +118,7 @@ StepStats PipelineRunner::runStep(uint64_t step) {
 }
 
 void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
-  const int b = spec_.microBatchSize();
+  const int b = spec_.batchSize / schedule_.microBatches;
   stages::TokenBatch batch;
   if (data_) batch = data_->trainBatch(step, microBatch * b, b);
   const at::Tensor input = isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Forward, step, microBatch);
@@ -134,7 +132,7 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
       at::Tensor logits = output.requires_grad_(true);
       at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                                              batch.targets.reshape({-1}));
-      (loss / spec_.microBatches).backward();
+      (loss / schedule_.microBatches).backward();
       lossGradients_[microBatch] = logits.grad();
       lossSum += loss.item<double>();
       return;
@@ -162,7 +160,7 @@ void PipelineRunner::backward(uint64_t step, int microBatch) {
 }
 
 std::optional<double> PipelineRunner::runEval(uint64_t step) {
-  const int b = spec_.microBatchSize();
+  const int b = spec_.batchSize / schedule_.microBatches;
   const int samples = spec_.eval.samples;
   double lossSum = 0;
   int64_t tokens = 0;
@@ -186,9 +184,10 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
   return lossSum / static_cast<double>(tokens);
 }
 
-at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uint64_t step, int microBatch) {
+compression::TensorFrame PipelineRunner::awaitFrame(PeerLink& link, FrameDirection direction, uint64_t step,
+                                                    int microBatch) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.peerTimeoutS);
-  const int from = direction == FrameDirection::Backward ? stage_ + 1 : stage_ - 1;
+  const int from = compression::travelsUpstream(direction) ? stage_ + 1 : stage_ - 1;
   while (true) {
     if (aborted_()) throw Aborted{};
     auto frame = link.recv(std::chrono::milliseconds(50));
@@ -207,9 +206,14 @@ at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uin
                       " step " + std::to_string(step) + " micro-batch " + std::to_string(microBatch) +
                       " was expected");
     }
-    Timed timed(computeSeconds_);
-    return decoderFor(frame->tensor.codec).decode(frame->tensor);
+    return std::move(*frame);
   }
+}
+
+at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uint64_t step, int microBatch) {
+  compression::TensorFrame frame = awaitFrame(link, direction, step, microBatch);
+  Timed timed(computeSeconds_);
+  return decoderFor(frame.tensor.codec).decode(frame.tensor);
 }
 
 void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDirection direction, uint64_t step,

@@ -3,6 +3,8 @@
 // synchronous AdamW step — and validation passes. Used by one stage worker thread.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -15,6 +17,7 @@
 #include "daemon/peer_link.h"
 #include "daemon/protocol/job_spec.h"
 #include "scheduler/schedule.h"
+#include "stages/gpt.h"
 #include "stages/stage.h"
 #include "stages/text_data.h"
 
@@ -41,17 +44,37 @@ struct CodecPair {
 // Thrown out of a wait when the worker is told to stop.
 struct Aborted {};
 
+// The model zoo's config for a job's model spec.
+stages::GptConfig gptConfig(const protocol::ModelSpec& model);
+
+// What the coordinator's planner chose: applied from the next step on.
+struct RunPlan {
+  int microBatches = 1;
+  scheduler::ScheduleKind schedule = scheduler::ScheduleKind::OneFOneB;
+  std::vector<int> warmups;  // per stage, for 1f1b-delay
+};
+
 class PipelineRunner {
  public:
   // Builds the stage (weights from the job seed), the data source when this stage needs
-  // tokens (first: inputs, last: targets), the optimizer and the codecs.
-  PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey);
+  // tokens (first: inputs, last: targets), the optimizer and the codecs. The plan starts as
+  // the spec's fixed m and schedule when it has them (1 and 1f1b otherwise).
+  PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes);
   ~PipelineRunner();
 
   // Links to the neighbours; null at the pipeline's ends.
   void connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next);
   // Polled while waiting for frames; returning true throws Aborted.
   void setAbortCheck(std::function<bool()> check) { aborted_ = std::move(check); }
+
+  void setPlan(const RunPlan& plan);
+  int microBatches() const { return schedule_.microBatches; }
+
+  // Profiling (profiler.cpp), run by every stage at the same step boundary: compute times
+  // and frame bytes at a few micro-batch sizes through the job's codecs, then the links —
+  // echoing the previous stage's probes, then probing the next stage with real frames.
+  // Returns {"compute": ..., "link": ... (to the next stage, null on the last)}.
+  nlohmann::json profile(uint64_t step);
 
   StepStats runStep(uint64_t step);
   // Validation pass after `step`; the mean token loss on the last stage, else nullopt.
@@ -67,6 +90,11 @@ class PipelineRunner {
   void forward(uint64_t step, int microBatch, double& lossSum);
   void backward(uint64_t step, int microBatch);
   at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch);
+  compression::TensorFrame awaitFrame(PeerLink& link, compression::FrameDirection direction, uint64_t step,
+                                      int microBatch);
+  nlohmann::json profileCompute();
+  nlohmann::json probeLinks(uint64_t step);
+  at::Tensor randomInput(int64_t samples, at::Generator& generator) const;
   void transmit(PeerLink& link, compression::Codec& codec, compression::FrameDirection direction,
                 uint64_t step, int microBatch, uint16_t toStage, const at::Tensor& tensor);
   compression::Codec& decoderFor(const std::string& spec);
@@ -75,6 +103,7 @@ class PipelineRunner {
   protocol::JobSpec spec_;
   int stage_;
   uint64_t jobKey_;
+  double memoryBudgetBytes_;
   scheduler::Schedule schedule_;
   std::unique_ptr<stages::Stage> model_;
   std::unique_ptr<stages::TextDataSource> data_;

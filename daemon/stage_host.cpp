@@ -14,8 +14,13 @@ uint64_t jobKey(const std::string& jobId) {
   return std::stoull(jobId, nullptr, 16);
 }
 
-StageHost::StageHost(zmq::context_t& context, DataRouter& router, std::string stateDir, std::string dataEndpoint)
-    : context_(context), router_(router), stateDir_(std::move(stateDir)), dataEndpoint_(std::move(dataEndpoint)) {}
+StageHost::StageHost(zmq::context_t& context, DataRouter& router, std::string stateDir, std::string dataEndpoint,
+                     double memoryBudgetBytes)
+    : context_(context),
+      router_(router),
+      stateDir_(std::move(stateDir)),
+      dataEndpoint_(std::move(dataEndpoint)),
+      memoryBudgetBytes_(memoryBudgetBytes) {}
 
 StageHost::~StageHost() {
   for (auto& entry : workers_) entry.second->abort();
@@ -44,6 +49,7 @@ protocol::Json StageHost::prepare(const protocol::Json& request) {
   const auto key = std::make_pair(a.jobId, a.stage);
   if (workers_.count(key)) throw Error("stage " + std::to_string(a.stage) + " of job " + a.jobId + " is already here");
   a.jobDir = stateDir_ + "/jobs/" + a.jobId;
+  a.memoryBudgetBytes = memoryBudgetBytes_;
   makeDirectories(a.jobDir);
   auto mailbox = router_.open(a.jobKey, static_cast<uint16_t>(a.stage));
   spdlog::info("job {} stage {}: prepared (layers [{}, {}))", a.jobId, a.stage, a.spec.stages[a.stage].firstLayer,
@@ -60,6 +66,25 @@ protocol::Json StageHost::start(const protocol::Json& request) {
 protocol::Json StageHost::abort(const protocol::Json& request) {
   auto it = workers_.find({request.at("job").get<std::string>(), request.at("stage").get<int>()});
   if (it != workers_.end()) it->second->abort();  // idempotent: an unknown stage is already gone
+  return {{"ok", true}};
+}
+
+protocol::Json StageHost::plan(const protocol::Json& request) {
+  RunPlan plan;
+  plan.microBatches = request.at("micro_batches").get<int>();
+  const auto kind = scheduler::parseScheduleKind(request.at("schedule").get<std::string>());
+  if (!kind) throw Error("plan names an unknown schedule " + request.at("schedule").dump());
+  plan.schedule = *kind;
+  plan.warmups = request.at("warmups").get<std::vector<int>>();
+  find(request).deliverPlan(plan);
+  return {{"ok", true}};
+}
+
+protocol::Json StageHost::profile(const protocol::Json& request) {
+  const int at = request.at("at_step").get<int>();
+  if (!find(request).requestProfile(at)) {
+    throw Error("stage " + request.at("stage").dump() + " has already begun step " + std::to_string(at));
+  }
   return {{"ok", true}};
 }
 

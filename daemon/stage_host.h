@@ -16,13 +16,16 @@ namespace skytrain::daemon {
 
 class StageHost {
  public:
-  StageHost(zmq::context_t& context, DataRouter& router, std::string stateDir, std::string dataEndpoint);
+  StageHost(zmq::context_t& context, DataRouter& router, std::string stateDir, std::string dataEndpoint,
+            double memoryBudgetBytes);
   ~StageHost();
 
   // Each returns the reply; bad requests throw skytrain::Error (answered as errors).
   protocol::Json prepare(const protocol::Json& request);
   protocol::Json start(const protocol::Json& request);
   protocol::Json abort(const protocol::Json& request);
+  protocol::Json plan(const protocol::Json& request);
+  protocol::Json profile(const protocol::Json& request);
 
   // Joins finished workers and closes their mailboxes.
   void reap();
@@ -35,6 +38,7 @@ class StageHost {
   DataRouter& router_;
   std::string stateDir_;
   std::string dataEndpoint_;
+  double memoryBudgetBytes_;
   std::map<std::pair<std::string, int>, std::unique_ptr<StageWorker>> workers_;  // (job, stage)
 };
 

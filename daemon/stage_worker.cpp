@@ -36,6 +36,44 @@ void StageWorker::abort() {
   startSignal_.notify_all();
 }
 
+void StageWorker::deliverPlan(const RunPlan& plan) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    plan_ = plan;
+  }
+  startSignal_.notify_all();
+}
+
+bool StageWorker::requestProfile(int atStep) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (atStep < 0) {  // cancel one not yet begun
+    if (profileAt_ > currentStep_) profileAt_ = -1;
+    return true;
+  }
+  if (atStep <= currentStep_ || atStep >= assignment_.spec.steps) return false;
+  profileAt_ = atStep;
+  return true;
+}
+
+bool StageWorker::profileDue(int step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  currentStep_ = step;
+  return step == profileAt_;
+}
+
+RunPlan StageWorker::waitForPlan() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto timeout = std::chrono::duration<double>(std::max(60.0, assignment_.spec.peerTimeoutS));
+  if (!startSignal_.wait_for(lock, timeout, [this] { return plan_.has_value() || aborted_; })) {
+    throw PeerError("no plan from the coordinator within " + std::to_string(static_cast<int>(timeout.count())) + " s");
+  }
+  if (aborted_) throw Aborted{};
+  RunPlan plan = *plan_;
+  plan_.reset();
+  profileAt_ = -1;
+  return plan;
+}
+
 bool StageWorker::waitForStart() {
   std::unique_lock<std::mutex> lock(mutex_);
   startSignal_.wait(lock, [this] { return started_ || aborted_; });
@@ -53,7 +91,7 @@ void StageWorker::run() {
     coordinator.post(fields);
   };
   try {
-    PipelineRunner runner(a.spec, a.stage, a.jobKey);
+    PipelineRunner runner(a.spec, a.stage, a.jobKey, a.memoryBudgetBytes);
     runner.setAbortCheck([this] { return aborted_.load(); });
     if (!waitForStart()) throw Aborted{};
     runner.connect(runner.isFirst() ? nullptr : makeZmqPeerLink(context_, previousData_, mailbox_->fromPrevious),
@@ -62,12 +100,20 @@ void StageWorker::run() {
     const int steps = a.spec.steps;
     for (int step = 0; step < steps; ++step) {
       if (aborted_) throw Aborted{};
+      if (profileDue(step)) {
+        report("profile", {{"step", step}, {"profile", runner.profile(static_cast<uint64_t>(step))}});
+        const RunPlan plan = waitForPlan();
+        runner.setPlan(plan);
+        spdlog::info("job {} stage {}: from step {}: m={} {}", a.jobId, a.stage, step, plan.microBatches,
+                     scheduler::toString(plan.schedule));
+      }
       const StepStats stats = runner.runStep(static_cast<uint64_t>(step));
       report("step", {{"step", step},
                       {"loss", std::isnan(stats.loss) ? protocol::Json(nullptr) : protocol::Json(stats.loss)},
                       {"step_s", stats.stepSeconds},
                       {"compute_s", stats.computeSeconds},
                       {"bytes_sent", stats.bytesSent},
+                      {"micro_batches", runner.microBatches()},
                       {"bytes_raw", stats.bytesRaw}});
       const bool last = step + 1 == steps;
       const int interval = a.spec.eval.interval;

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "daemon/mailbox.h"
+#include "daemon/pipeline_runner.h"
 #include "daemon/protocol/job_spec.h"
 
 namespace skytrain::daemon {
@@ -24,6 +26,7 @@ struct StageAssignment {
   protocol::JobSpec spec;
   std::string coordinator;  // control endpoint that receives stage.report messages
   std::string jobDir;       // where this stage writes its weights
+  double memoryBudgetBytes = 0;  // for the activation stash, reported to the planner
 };
 
 class StageWorker {
@@ -36,18 +39,28 @@ class StageWorker {
   void start(const std::string& previousData, const std::string& nextData);
   void abort();
   bool finished() const { return finished_.load(); }
+
+  // The coordinator's plan after a profile; the worker waits for it at that step boundary.
+  void deliverPlan(const RunPlan& plan);
+  // Profiles again at the boundary before step `atStep`. False if that step has begun.
+  bool requestProfile(int atStep);
   const StageAssignment& assignment() const { return assignment_; }
 
  private:
   void run();
   bool waitForStart();
+  RunPlan waitForPlan();
+  bool profileDue(int step);
 
   zmq::context_t& context_;
   StageAssignment assignment_;
   std::shared_ptr<Mailbox> mailbox_;
-  std::mutex mutex_;  // guards the start signal and the endpoints below
+  std::mutex mutex_;  // guards the start signal, the endpoints, the plan and the steps below
   std::condition_variable startSignal_;
   bool started_ = false;
+  std::optional<RunPlan> plan_;
+  int currentStep_ = -1;
+  int profileAt_ = 0;  // the step before which to profile; -1: none due
   std::string previousData_;
   std::string nextData_;
   std::atomic<bool> aborted_{false};

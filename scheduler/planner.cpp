@@ -9,6 +9,8 @@
 namespace skytrain::scheduler {
 namespace {
 
+constexpr double kTie = 0.005;
+
 // GPipe's closed form is exact when every stage and every link costs the same.
 bool uniform(const PipelineCosts& c) {
   auto same = [](double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(1.0, std::abs(a)); };
@@ -73,7 +75,11 @@ Plan makePlan(const PlannerInput& input) {
       PlanRow row = evaluate(input, m, kind);
       smallestStash = std::min(smallestStash, row.stashBytes);
       plan.table.push_back(row);
-      if (row.fits && (!found || row.stepSeconds < plan.chosen.stepSeconds - 1e-12)) {
+      // Ties (within 0.5%) go to the smaller activation stash: same speed, less memory.
+      const bool faster = found && row.stepSeconds < plan.chosen.stepSeconds * (1 - kTie);
+      const bool tiedButLighter = found && row.stepSeconds <= plan.chosen.stepSeconds * (1 + kTie) &&
+                                  row.stashBytes < plan.chosen.stashBytes;
+      if (row.fits && (!found || faster || tiedButLighter)) {
         plan.chosen = row;
         found = true;
       }

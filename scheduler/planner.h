@@ -1,7 +1,8 @@
 // The planner: for every micro-batch count m dividing the batch whose activation stash
 // fits, and every candidate schedule, predict the step time from the profiled costs —
 // GPipe's closed form where it is exact (identical stages and links), the simulator
-// otherwise — and take the minimum. Also: the monitor that says when to plan again.
+// otherwise — and take the minimum; candidates within 0.5% of it go to the smallest
+// activation stash. Also: the monitor that says when to plan again.
 #pragma once
 
 #include <optional>

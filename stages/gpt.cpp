@@ -260,6 +260,20 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
   return std::make_unique<ModuleStage>(slice, [slice](const at::Tensor& x) { return slice->forward(x); });
 }
 
+std::vector<int64_t> gptInputShape(const GptConfig& c, int firstLayer, int64_t samples) {
+  if (firstLayer == 0) return {samples, c.seqLen};
+  int64_t width = c.dModel;
+  if (c.split.enabled() && c.split.block == firstLayer - 1) width = c.split.rank + (c.split.keepResidual ? c.dModel : 0);
+  return {samples, c.seqLen, width};
+}
+
+double gptStashBytesPerSample(const GptConfig& c, int firstLayer, int lastLayer) {
+  const double t = c.seqLen;
+  double floats = (lastLayer - firstLayer) * t * (16.0 * c.dModel + 3.0 * c.dFf + 2.0 * c.heads * t);
+  if (lastLayer == c.layers) floats += 2.0 * t * c.vocabSize;
+  return 4.0 * floats;
+}
+
 int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
   validate(c, firstLayer, lastLayer);
   const int64_t d = c.dModel, ff = c.dFf;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "stages/stage.h"
 
@@ -47,6 +48,15 @@ struct GptConfig {
 // that stage's last block and another stage follows, else stays with the front.
 std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int lastLayer,
                                     uint64_t seed);
+
+// Shape of the input of the stage starting at firstLayer, for `samples` sequences: token ids
+// [samples, T] on the first stage, else [samples, T, width] with the width of what crosses
+// the boundary (d_model, or the split point's r (+ d_model with its residual)).
+std::vector<int64_t> gptInputShape(const GptConfig& config, int firstLayer, int64_t samples);
+
+// Estimated activation memory the stage keeps per in-flight sample for its backward
+// (float32): per block ~ T (16 d + 3 d_ff + 2 heads T), plus logits on the last stage.
+double gptStashBytesPerSample(const GptConfig& config, int firstLayer, int lastLayer);
 
 // Parameter count of blocks [firstLayer, lastLayer) with the embeddings/head they hold,
 // without a split point.

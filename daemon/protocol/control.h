@@ -23,6 +23,8 @@ inline constexpr const char* kCancel = "cancel";
 inline constexpr const char* kStagePrepare = "stage.prepare";
 inline constexpr const char* kStageStart = "stage.start";
 inline constexpr const char* kStageAbort = "stage.abort";
+inline constexpr const char* kStagePlan = "stage.plan";        // m, schedule, warm-ups from the planner
+inline constexpr const char* kStageProfile = "stage.profile";  // profile again before at_step (-1: cancel)
 inline constexpr const char* kStageReport = "stage.report";  // one-way, no reply
 
 constexpr size_t kMaxControlMessageBytes = 4 << 20;

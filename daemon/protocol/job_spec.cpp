@@ -141,14 +141,19 @@ JobSpec parseJobSpec(const std::string& text) {
   spec.seed = static_cast<uint64_t>(r.integer("seed", 0, 0, INT64_MAX));
   spec.steps = static_cast<int>(r.integer("steps", spec.steps, 1, kBig));
   spec.batchSize = static_cast<int>(r.integer("batch_size", spec.batchSize, 1, 1 << 20));
-  spec.microBatches = static_cast<int>(r.integer("micro_batches", spec.microBatches, 1, 1 << 20));
-  if (spec.batchSize % spec.microBatches != 0) {
-    throw SpecError("$.micro_batches", std::to_string(spec.microBatches) + " does not divide batch_size " +
-                                           std::to_string(spec.batchSize));
+  if (const json* m = r.child("micro_batches", false); m && !(m->is_string() && *m == "auto")) {
+    if (!m->is_number_integer() || m->get<int64_t>() < 1 || m->get<int64_t>() > spec.batchSize) {
+      throw SpecError("$.micro_batches", "expected \"auto\" or an integer in [1, batch_size], got " + describe(*m));
+    }
+    spec.microBatches = m->get<int>();
+    if (spec.batchSize % spec.microBatches != 0) {
+      throw SpecError("$.micro_batches", std::to_string(spec.microBatches) + " does not divide batch_size " +
+                                             std::to_string(spec.batchSize));
+    }
   }
   spec.schedule = r.string("schedule", spec.schedule);
-  if (spec.schedule != "gpipe" && spec.schedule != "1f1b") {
-    throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\" (valid: gpipe, 1f1b)");
+  if (spec.schedule != "gpipe" && spec.schedule != "1f1b" && spec.schedule != "1f1b-delay" && spec.schedule != "auto") {
+    throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\" (valid: gpipe, 1f1b, 1f1b-delay, auto)");
   }
   spec.peerTimeoutS = r.number("peer_timeout_s", spec.peerTimeoutS, 0.1, 86400);
   spec.model = parseModel(ObjectReader(*r.child("model", true), "$.model"));

@@ -72,8 +72,8 @@ struct JobSpec {
   uint64_t seed = 0;
   int steps = 100;
   int batchSize = 16;
-  int microBatches = 1;
-  std::string schedule = "1f1b";  // "gpipe" or "1f1b"
+  int microBatches = 0;            // 0: "auto", the planner picks
+  std::string schedule = "auto";  // "gpipe", "1f1b", "1f1b-delay" or "auto"
   ModelSpec model;
   DataSpec data;
   OptimizerSpec optimizer;
@@ -81,8 +81,6 @@ struct JobSpec {
   EvalSpec eval;
   double peerTimeoutS = 120;  // longest wait for a neighbour's frame before the job fails
   std::vector<StageSpec> stages;
-
-  int microBatchSize() const { return batchSize / microBatches; }
 };
 
 constexpr size_t kMaxSpecBytes = 1 << 20;

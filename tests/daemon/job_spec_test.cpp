@@ -36,7 +36,7 @@ std::pair<std::string, std::string> refusal(const json& spec) {
 TEST_CASE("a valid spec parses with defaults filled in") {
   const auto spec = parseJobSpec(validSpec().dump());
   CHECK(spec.steps == 10);
-  CHECK(spec.microBatchSize() == 2);
+  CHECK(spec.microBatches == 4);
   CHECK(spec.schedule == "gpipe");
   CHECK(spec.model.vocabSize == 256);
   CHECK(spec.optimizer.lr == Approx(3e-4));
@@ -96,7 +96,11 @@ TEST_CASE("bad specs are refused with the JSON path and the value") {
   }
   SECTION("an unknown schedule") {
     spec["schedule"] = "zigzag";
-    CHECK_THAT(refusal(spec).second, Catch::Contains("valid: gpipe, 1f1b"));
+    CHECK_THAT(refusal(spec).second, Catch::Contains("valid: gpipe, 1f1b, 1f1b-delay, auto"));
+  }
+  SECTION("micro-batches that are neither auto nor a count") {
+    spec["micro_batches"] = "many";
+    CHECK_THAT(refusal(spec).second, Catch::Contains("\"auto\" or an integer"));
   }
   SECTION("a daemon that is not an endpoint") {
     spec["stages"][0]["daemon"] = "localhost:7100";
@@ -116,6 +120,17 @@ TEST_CASE("bad specs are refused with the JSON path and the value") {
     spec["data"]["files"] = {"a.txt", 7};
     CHECK(refusal(spec).first == "$.data.files[1]");
   }
+}
+
+TEST_CASE("micro_batches and schedule default to auto") {
+  json spec = validSpec();
+  spec.erase("micro_batches");
+  spec.erase("schedule");
+  const auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.microBatches == 0);
+  CHECK(parsed.schedule == "auto");
+  spec["micro_batches"] = "auto";
+  CHECK(parseJobSpec(spec.dump()).microBatches == 0);
 }
 
 TEST_CASE("malformed, oversized and deeply nested documents are refused") {

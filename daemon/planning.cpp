@@ -1,0 +1,81 @@
+#include "daemon/planning.h"
+
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+namespace {
+
+using Json = nlohmann::json;
+
+scheduler::LinearFit fit(const Json& points) {
+  std::vector<std::pair<double, double>> xy;
+  for (const auto& p : points) xy.emplace_back(p.at(0).get<double>(), p.at(1).get<double>());
+  return scheduler::fitLinear(xy);
+}
+
+Json toJson(const scheduler::LinearFit& f) { return {{"a", f.a}, {"k", f.k}}; }
+
+}  // namespace
+
+scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::vector<Json>& profiles) {
+  scheduler::PlannerInput input;
+  input.batchSize = spec.batchSize;
+  if (spec.microBatches > 0) input.microBatches = spec.microBatches;
+  if (spec.schedule != "auto") input.schedules = {*scheduler::parseScheduleKind(spec.schedule)};
+  try {
+    double budget = 0;
+    for (size_t s = 0; s < profiles.size(); ++s) {
+      const Json& compute = profiles[s].at("compute");
+      scheduler::StageProfile stage;
+      stage.forwardSeconds = fit(compute.at("forward_s"));
+      stage.backwardSeconds = fit(compute.at("backward_s"));
+      stage.outputBytes = fit(compute.at("output_bytes"));
+      stage.gradientBytes = fit(compute.at("gradient_bytes"));
+      stage.stashBytesPerSample = compute.at("stash_bytes_per_sample").get<double>();
+      const double stageBudget = compute.at("memory_budget_bytes").get<double>();
+      if (stageBudget > 0) budget = budget > 0 ? std::min(budget, stageBudget) : stageBudget;
+      input.stages.push_back(stage);
+      if (s + 1 < profiles.size()) {
+        const Json& link = profiles[s].at("link");
+        input.links.push_back({link.at("bandwidth_bytes_per_s").get<double>(), link.at("delay_s").get<double>(),
+                               link.at("overhead_s").get<double>()});
+      }
+    }
+    input.memoryBudgetBytes = budget;
+  } catch (const Json::exception& e) {
+    throw WireError(std::string("malformed stage profile: ") + e.what());
+  }
+  return input;
+}
+
+Json toJson(const scheduler::PlanRow& row) {
+  return {{"micro_batches", row.microBatches},
+          {"schedule", scheduler::toString(row.schedule)},
+          {"warmups", row.warmups},
+          {"step_s", row.stepSeconds},
+          {"bubble", row.bubbleRatio},
+          {"bytes_per_step", row.bytesPerStep},
+          {"stash_bytes", row.stashBytes},
+          {"fits", row.fits}};
+}
+
+Json toJson(const scheduler::Plan& plan, const scheduler::PlannerInput& input) {
+  Json out = toJson(plan.chosen);
+  out["table"] = Json::array();
+  for (const auto& row : plan.table) out["table"].push_back(toJson(row));
+  out["stages"] = Json::array();
+  for (const auto& s : input.stages) {
+    out["stages"].push_back({{"forward_s", toJson(s.forwardSeconds)},
+                             {"backward_s", toJson(s.backwardSeconds)},
+                             {"output_bytes", toJson(s.outputBytes)},
+                             {"gradient_bytes", toJson(s.gradientBytes)}});
+  }
+  out["links"] = Json::array();
+  for (const auto& l : input.links) {
+    out["links"].push_back({{"bandwidth_bytes_per_s", l.bandwidthBytesPerSecond}, {"delay_s", l.delaySeconds}});
+  }
+  out["memory_budget_bytes"] = input.memoryBudgetBytes;
+  return out;
+}
+
+}  // namespace skytrain::daemon

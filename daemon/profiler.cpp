@@ -1,0 +1,154 @@
+// PipelineRunner's profiling (pipeline_runner.h): what the planner's cost model is fitted to.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <set>
+
+#include "compression/codec_registry.h"
+#include "daemon/pipeline_runner.h"
+#include "daemon/timing.h"
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+namespace {
+
+using compression::FrameDirection;
+using Json = nlohmann::json;
+
+constexpr int kProbes = 4;   // round trips per probe size; the fastest counts
+constexpr int kRepeats = 2;  // compute measurements per size; the fastest counts
+
+size_t frameBytes(const compression::EncodedTensor& t) {
+  return compression::kFrameFixedHeader + 8 * t.shape.size() + t.codec.size() + t.payload.size();
+}
+
+// A few micro-batch sizes spanning 1..batch.
+std::vector<int64_t> profileSizes(int64_t batch) {
+  std::set<int64_t> sizes{1, std::max<int64_t>(1, batch / 4), std::max<int64_t>(1, batch / 2), batch};
+  return {sizes.begin(), sizes.end()};
+}
+
+}  // namespace
+
+at::Tensor PipelineRunner::randomInput(int64_t samples, at::Generator& generator) const {
+  const auto shape = stages::gptInputShape(gptConfig(spec_.model), spec_.stages[stage_].firstLayer, samples);
+  if (isFirst()) return torch::randint(0, spec_.model.vocabSize, shape, generator, torch::kLong);
+  return torch::randn(shape, generator);
+}
+
+Json PipelineRunner::profile(uint64_t step) {
+  Json compute = profileCompute();
+  return {{"compute", std::move(compute)}, {"link", probeLinks(step)}};
+}
+
+Json PipelineRunner::profileCompute() {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(0x9f0f11e);
+  // Fresh codecs: profiling must not touch the training streams' error-feedback state.
+  const auto& registry = compression::builtinCodecs();
+  auto forwardCodec = registry.make(spec_.compression.forward);
+  auto backwardCodec = registry.make(spec_.compression.backward);
+  Json forward = Json::array(), backward = Json::array(), outputBytes = Json::array(), gradientBytes = Json::array();
+  constexpr int kProfileMicroBatch = -1;  // never a real micro-batch index
+  {  // warm-up: the first pass pays for allocations and lazy initialisation
+    const at::Tensor output = model_->forward(kProfileMicroBatch, randomInput(spec_.batchSize, generator));
+    model_->backward(kProfileMicroBatch, torch::zeros(output.sizes()));
+  }
+  for (int64_t b : profileSizes(spec_.batchSize)) {
+    double bestForward = 1e30, bestBackward = 1e30;
+    size_t outBytes = 0, gradBytes = 0;
+    for (int repeat = 0; repeat < kRepeats; ++repeat) {
+      const at::Tensor input = randomInput(b, generator);
+      auto start = Clock::now();
+      at::Tensor output = model_->forward(kProfileMicroBatch, input);
+      at::Tensor grad;
+      if (isLast()) {
+        at::Tensor logits = output.requires_grad_(true);
+        const at::Tensor targets = torch::randint(0, logits.size(-1), {logits.numel() / logits.size(-1)}, generator,
+                                                  torch::kLong);
+        torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets).backward();
+        grad = logits.grad();
+      } else {
+        const auto encoded = forwardCodec->encode(output);
+        forwardCodec->decode(encoded);  // the receiver's work, counted on this side
+        outBytes = frameBytes(encoded);
+        grad = torch::randn(output.sizes(), generator);
+      }
+      bestForward = std::min(bestForward, secondsSince(start));
+      start = Clock::now();
+      const at::Tensor gradInput = model_->backward(kProfileMicroBatch, grad);
+      if (!isFirst()) {
+        const auto encoded = backwardCodec->encode(gradInput);
+        backwardCodec->decode(encoded);
+        gradBytes = frameBytes(encoded);
+      }
+      bestBackward = std::min(bestBackward, secondsSince(start));
+    }
+    forward.push_back({b, bestForward});
+    backward.push_back({b, bestBackward});
+    outputBytes.push_back({b, outBytes});
+    gradientBytes.push_back({b, gradBytes});
+  }
+  optimizer_->zero_grad();  // profiling's gradients must not reach the first step
+  const auto& range = spec_.stages[stage_];
+  return {{"forward_s", forward},
+          {"backward_s", backward},
+          {"output_bytes", outputBytes},
+          {"gradient_bytes", gradientBytes},
+          {"stash_bytes_per_sample", stages::gptStashBytesPerSample(gptConfig(spec_.model), range.firstLayer, range.lastLayer)},
+          {"memory_budget_bytes", memoryBudgetBytes_}};
+}
+
+Json PipelineRunner::probeLinks(uint64_t step) {
+  auto frame = [&](FrameDirection direction, int index, uint16_t to, const at::Tensor& t) {
+    compression::TensorFrame f;
+    f.job = jobKey_;
+    f.step = step;
+    f.microBatch = static_cast<uint32_t>(index);
+    f.stage = to;
+    f.direction = direction;
+    f.tensor = decoderFor("none").encode(t);
+    return f;
+  };
+  const at::Tensor tiny = torch::zeros({1});
+  if (!isFirst()) {  // echo the previous stage's probes with a tiny reply
+    for (int i = 0; i < 2 * kProbes; ++i) {
+      awaitFrame(*previous_, FrameDirection::Probe, step, i);
+      previous_->send(frame(FrameDirection::ProbeReply, i, static_cast<uint16_t>(stage_ - 1), tiny));
+    }
+  }
+  if (isLast()) return nullptr;
+  // A real frame of the job's size: the activation of a full batch through the job's codec.
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(0x11ec);
+  auto codec = compression::builtinCodecs().make(spec_.compression.forward);
+  const at::Tensor activation = model_->infer(randomInput(spec_.batchSize, generator));
+  compression::TensorFrame big = frame(FrameDirection::Probe, 0, static_cast<uint16_t>(stage_ + 1), tiny);
+  big.tensor = codec->encode(activation);
+  const double bigBytes = static_cast<double>(frameBytes(big.tensor));
+  double smallRtt = 1e30, bigRtt = 1e30;
+  double smallBytes = 0;
+  for (int i = 0; i < 2 * kProbes; ++i) {
+    compression::TensorFrame probe = frame(FrameDirection::Probe, i, static_cast<uint16_t>(stage_ + 1), tiny);
+    if (i >= kProbes) {
+      big.microBatch = static_cast<uint32_t>(i);
+      probe = big;
+    } else {
+      smallBytes = static_cast<double>(frameBytes(probe.tensor));
+    }
+    const auto start = Clock::now();
+    next_->send(probe);
+    awaitFrame(*next_, FrameDirection::ProbeReply, step, i);
+    (i < kProbes ? smallRtt : bigRtt) = std::min(i < kProbes ? smallRtt : bigRtt, secondsSince(start));
+  }
+  // The big probe's extra round-trip time is its extra bytes over the bandwidth; the small
+  // probe's round trip is twice the one-way delay (per-message overhead folded into it).
+  const double transfer = std::max(1e-7, bigRtt - smallRtt);
+  return {{"bandwidth_bytes_per_s", (bigBytes - smallBytes) / transfer},
+          {"delay_s", smallRtt / 2},
+          {"overhead_s", 0.0},
+          {"probe_bytes", bigBytes},
+          {"rtt_small_s", smallRtt},
+          {"rtt_big_s", bigRtt}};
+}
+
+}  // namespace skytrain::daemon
