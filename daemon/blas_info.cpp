@@ -1,5 +1,7 @@
 #include "daemon/blas_info.h"
 
+#include <dlfcn.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -30,6 +32,14 @@ BlasInfo detectBlas() {
     if (blasLike) return {classify(path), path};
   }
   return {"unknown", ""};
+}
+
+bool setBlasThreads(int threads) {
+  using SetThreads = void (*)(int);
+  auto* set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (!set) return false;
+  set(threads);
+  return true;
 }
 
 }  // namespace skytrain::daemon

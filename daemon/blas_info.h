@@ -15,4 +15,9 @@ struct BlasInfo {
 // Reads /proc/self/maps; call after LibTorch has been loaded.
 BlasInfo detectBlas();
 
+// Sets OpenBLAS's own thread count, which torch::set_num_threads leaves alone: its pool
+// threads spin while they wait for work, so two daemons sharing cores slow each other
+// down unless each keeps to its share. Returns false when the BLAS is not OpenBLAS.
+bool setBlasThreads(int threads);
+
 }  // namespace skytrain::daemon

@@ -70,10 +70,15 @@ void Coordinator::sendToStages(const nlohmann::json& message, std::chrono::milli
 }
 
 void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step, const std::string& reason) {
-  const scheduler::PlannerInput input = plannerInput(spec_, profiles);
+  profiled_ = plannerInput(spec_, profiles);
+  scheduler::PlannerInput input = profiled_;
+  calibrate(input, calibration_);
   const scheduler::Plan chosen = scheduler::makePlan(input);
   predictedStepSeconds_ = chosen.chosen.stepSeconds;
-  table_.setPlan(jobId_, toJson(chosen, input), step, reason);
+  plannedMicroBatches_ = chosen.chosen.microBatches;
+  nlohmann::json record = toJson(chosen, input);
+  record["calibration"] = calibration_;
+  table_.setPlan(jobId_, std::move(record), step, reason);
   spdlog::info("job {}: plan from step {} ({}): m={} {} predicted {:.4f} s/step", jobId_, step, reason,
                chosen.chosen.microBatches, scheduler::toString(chosen.chosen.schedule), chosen.chosen.stepSeconds);
   if (table_.dryRun(jobId_)) return;
@@ -106,6 +111,8 @@ void Coordinator::run() {
     bool awaitingProfiles = true;
     size_t seenSteps = 0;
     scheduler::ReplanMonitor monitor(kReplanTolerance, kReplanPatience);
+    // With m and the schedule both fixed by the spec, a new plan could change nothing.
+    const bool replannable = spec_.microBatches == 0 || spec_.schedule == "auto";
     while (true) {
       table_.waitForChange(jobId_, std::chrono::milliseconds(200));
       if (isTerminal(table_.state(jobId_))) break;
@@ -129,13 +136,20 @@ void Coordinator::run() {
         monitor.reset();
         continue;
       }
-      for (const auto& row : table_.steps(jobId_, seenSteps)) {
+      if (!replannable) continue;
+      const auto rows = table_.steps(jobId_, seenSteps);
+      for (const auto& row : rows) {
         ++seenSteps;
         const int64_t step = row["step"].get<int64_t>();
         if (step <= profileStep) continue;  // the first step under a plan pays for new buffer sizes
         const double measured = row["step_s"].get<double>();
         if (!monitor.observe(predictedStepSeconds_, measured)) continue;
         const int64_t at = step + kReplanLead;
+        std::vector<nlohmann::json> underPlan;
+        for (const auto& r : table_.steps(jobId_, 0)) {
+          if (r["step"].get<int64_t>() > profileStep) underPlan.push_back(r);
+        }
+        calibration_ = measuredCalibration(profiled_, plannedMicroBatches_, underPlan);
         char why[160];
         std::snprintf(why, sizeof why, "re-plan: measured %.4f s/step vs predicted %.4f s for %d steps", measured,
                       predictedStepSeconds_, kReplanPatience);

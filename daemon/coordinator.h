@@ -44,6 +44,9 @@ class Coordinator {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> finished_{false};
   double predictedStepSeconds_ = 0;
+  scheduler::PlannerInput profiled_;  // the plan in force's input, before calibration
+  int plannedMicroBatches_ = 1;
+  std::vector<double> calibration_;   // per stage: seconds per micro-batch profiling misses
   std::thread thread_;  // owns a DEALER per stage daemon (inside run)
 };
 

@@ -32,7 +32,10 @@ int main(int argc, char** argv) {
   try {
     const auto config = skytrain::daemon::loadDaemonConfig(configPath);
     spdlog::set_level(spdlog::level::from_str(config.logLevel));
-    if (config.torchThreads > 0) torch::set_num_threads(config.torchThreads);
+    if (config.torchThreads > 0) {
+      torch::set_num_threads(config.torchThreads);
+      if (!skytrain::daemon::setBlasThreads(config.torchThreads)) spdlog::info("BLAS threads: not OpenBLAS, left as they are");
+    }
     torch::mm(torch::ones({2, 2}), torch::ones({2, 2}));  // loads the BLAS
     const auto blas = skytrain::daemon::detectBlas();
     spdlog::info("BLAS: {} ({}), torch threads {}", blas.name, blas.path.empty() ? "not found" : blas.path,

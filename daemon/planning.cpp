@@ -48,6 +48,30 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
   return input;
 }
 
+std::vector<double> measuredCalibration(const scheduler::PlannerInput& input, int microBatches,
+                                        const std::vector<Json>& rows) {
+  const double b = static_cast<double>(input.batchSize) / microBatches;
+  std::vector<double> factors;
+  for (size_t s = 0; s < input.stages.size(); ++s) {
+    double measured = 0;
+    for (const auto& row : rows) measured += row.at("compute_s").at(s).get<double>();
+    const double predicted =
+        microBatches * (input.stages[s].forwardSeconds.at(b) + input.stages[s].backwardSeconds.at(b));
+    factors.push_back(rows.empty() ? 0.0 : (measured / rows.size() - predicted) / microBatches);
+  }
+  return factors;
+}
+
+void calibrate(scheduler::PlannerInput& input, const std::vector<double>& secondsPerMicroBatch) {
+  for (size_t s = 0; s < input.stages.size() && s < secondsPerMicroBatch.size(); ++s) {
+    auto& stage = input.stages[s];
+    const double b = input.batchSize;  // split in proportion at the full batch
+    const double f = std::max(1e-12, stage.forwardSeconds.at(b)), w = std::max(1e-12, stage.backwardSeconds.at(b));
+    stage.forwardSeconds.a = std::max(0.0, stage.forwardSeconds.a + secondsPerMicroBatch[s] * f / (f + w));
+    stage.backwardSeconds.a = std::max(0.0, stage.backwardSeconds.a + secondsPerMicroBatch[s] * w / (f + w));
+  }
+}
+
 Json toJson(const scheduler::PlanRow& row) {
   return {{"micro_batches", row.microBatches},
           {"schedule", scheduler::toString(row.schedule)},

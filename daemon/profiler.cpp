@@ -17,7 +17,12 @@ using compression::FrameDirection;
 using Json = nlohmann::json;
 
 constexpr int kProbes = 4;   // round trips per probe size; the fastest counts
-constexpr int kRepeats = 2;  // compute measurements per size; the fastest counts
+constexpr int kRepeats = 3;  // compute measurements per size; the median counts (the fastest is optimistic)
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
 
 size_t frameBytes(const compression::EncodedTensor& t) {
   return compression::kFrameFixedHeader + 8 * t.shape.size() + t.codec.size() + t.payload.size();
@@ -55,7 +60,7 @@ Json PipelineRunner::profileCompute() {
     model_->backward(kProfileMicroBatch, torch::zeros(output.sizes()));
   }
   for (int64_t b : profileSizes(spec_.batchSize)) {
-    double bestForward = 1e30, bestBackward = 1e30;
+    std::vector<double> forwardTimes, backwardTimes;
     size_t outBytes = 0, gradBytes = 0;
     for (int repeat = 0; repeat < kRepeats; ++repeat) {
       const at::Tensor input = randomInput(b, generator);
@@ -74,7 +79,7 @@ Json PipelineRunner::profileCompute() {
         outBytes = frameBytes(encoded);
         grad = torch::randn(output.sizes(), generator);
       }
-      bestForward = std::min(bestForward, secondsSince(start));
+      forwardTimes.push_back(secondsSince(start));
       start = Clock::now();
       const at::Tensor gradInput = model_->backward(kProfileMicroBatch, grad);
       if (!isFirst()) {
@@ -82,10 +87,10 @@ Json PipelineRunner::profileCompute() {
         backwardCodec->decode(encoded);
         gradBytes = frameBytes(encoded);
       }
-      bestBackward = std::min(bestBackward, secondsSince(start));
+      backwardTimes.push_back(secondsSince(start));
     }
-    forward.push_back({b, bestForward});
-    backward.push_back({b, bestBackward});
+    forward.push_back({b, median(forwardTimes)});
+    backward.push_back({b, median(backwardTimes)});
     outputBytes.push_back({b, outBytes});
     gradientBytes.push_back({b, gradBytes});
   }
