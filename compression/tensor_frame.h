@@ -57,6 +57,11 @@ struct TensorFrame {
   EncodedTensor tensor;
 };
 
+// Bytes a frame carrying `tensor` takes on the wire: header and payload.
+inline size_t frameBytes(const EncodedTensor& tensor) {
+  return kFrameFixedHeader + 8 * tensor.shape.size() + tensor.codec.size() + tensor.payload.size();
+}
+
 // Part one of the frame (the header); part two is frame.tensor.payload as it is.
 std::string encodeFrameHeader(const TensorFrame& frame);
 

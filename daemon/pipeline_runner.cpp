@@ -216,14 +216,20 @@ at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uin
   return decoderFor(frame.tensor.codec).decode(frame.tensor);
 }
 
-void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDirection direction, uint64_t step,
-                              int microBatch, uint16_t toStage, const at::Tensor& tensor) {
+compression::TensorFrame PipelineRunner::frameFor(FrameDirection direction, uint64_t step, int microBatch,
+                                                  uint16_t toStage) const {
   compression::TensorFrame frame;
   frame.job = jobKey_;
   frame.step = step;
   frame.microBatch = static_cast<uint32_t>(microBatch);
   frame.stage = toStage;
   frame.direction = direction;
+  return frame;
+}
+
+void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDirection direction, uint64_t step,
+                              int microBatch, uint16_t toStage, const at::Tensor& tensor) {
+  compression::TensorFrame frame = frameFor(direction, step, microBatch, toStage);
   {
     Timed timed(computeSeconds_);
     frame.tensor = codec.encode(tensor);

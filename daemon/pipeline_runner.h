@@ -90,6 +90,9 @@ class PipelineRunner {
   void forward(uint64_t step, int microBatch, double& lossSum);
   void backward(uint64_t step, int microBatch);
   at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch);
+  // A frame's header fields, addressed to `toStage`; the caller fills in the tensor.
+  compression::TensorFrame frameFor(compression::FrameDirection direction, uint64_t step, int microBatch,
+                                    uint16_t toStage) const;
   compression::TensorFrame awaitFrame(PeerLink& link, compression::FrameDirection direction, uint64_t step,
                                       int microBatch);
   nlohmann::json profileCompute();

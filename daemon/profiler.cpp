@@ -24,10 +24,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-size_t frameBytes(const compression::EncodedTensor& t) {
-  return compression::kFrameFixedHeader + 8 * t.shape.size() + t.codec.size() + t.payload.size();
-}
-
 // A few micro-batch sizes spanning 1..batch.
 std::vector<int64_t> profileSizes(int64_t batch) {
   std::set<int64_t> sizes{1, std::max<int64_t>(1, batch / 4), std::max<int64_t>(1, batch / 2), batch};
@@ -76,7 +72,7 @@ Json PipelineRunner::profileCompute() {
       } else {
         const auto encoded = forwardCodec->encode(output);
         forwardCodec->decode(encoded);  // the receiver's work, counted on this side
-        outBytes = frameBytes(encoded);
+        outBytes = compression::frameBytes(encoded);
         grad = torch::randn(output.sizes(), generator);
       }
       forwardTimes.push_back(secondsSince(start));
@@ -85,7 +81,7 @@ Json PipelineRunner::profileCompute() {
       if (!isFirst()) {
         const auto encoded = backwardCodec->encode(gradInput);
         backwardCodec->decode(encoded);
-        gradBytes = frameBytes(encoded);
+        gradBytes = compression::frameBytes(encoded);
       }
       backwardTimes.push_back(secondsSince(start));
     }
@@ -106,12 +102,7 @@ Json PipelineRunner::profileCompute() {
 
 Json PipelineRunner::probeLinks(uint64_t step) {
   auto frame = [&](FrameDirection direction, int index, uint16_t to, const at::Tensor& t) {
-    compression::TensorFrame f;
-    f.job = jobKey_;
-    f.step = step;
-    f.microBatch = static_cast<uint32_t>(index);
-    f.stage = to;
-    f.direction = direction;
+    compression::TensorFrame f = frameFor(direction, step, index, to);
     f.tensor = decoderFor("none").encode(t);
     return f;
   };
@@ -129,7 +120,7 @@ Json PipelineRunner::probeLinks(uint64_t step) {
   const at::Tensor activation = model_->infer(randomInput(spec_.batchSize, generator));
   compression::TensorFrame big = frame(FrameDirection::Probe, 0, static_cast<uint16_t>(stage_ + 1), tiny);
   big.tensor = codec->encode(activation);
-  const double bigBytes = static_cast<double>(frameBytes(big.tensor));
+  const double bigBytes = static_cast<double>(compression::frameBytes(big.tensor));
   double smallRtt = 1e30, bigRtt = 1e30;
   double smallBytes = 0;
   for (int i = 0; i < 2 * kProbes; ++i) {
@@ -138,7 +129,7 @@ Json PipelineRunner::probeLinks(uint64_t step) {
       big.microBatch = static_cast<uint32_t>(i);
       probe = big;
     } else {
-      smallBytes = static_cast<double>(frameBytes(probe.tensor));
+      smallBytes = static_cast<double>(compression::frameBytes(probe.tensor));
     }
     const auto start = Clock::now();
     next_->send(probe);

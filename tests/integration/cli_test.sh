@@ -75,12 +75,22 @@ SKYTRAIN_DAEMON=tcp://127.0.0.1:9 expect_refused "unreachable coordinator" 2 "no
 
 for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died on bad input"; done
 
-# The daemons still serve: a valid job trains to the end with falling loss.
-"$cli" submit "$(spec)" > "$work/good" || { cat "$work/good"; fail "valid job failed"; }
+# The daemons still serve: a valid job, m and schedule chosen by the planner, trains to the
+# end with falling loss, showing its plan and predicted vs measured step time.
+"$cli" submit "$(spec 's["micro_batches"] = "auto"; s["schedule"] = "auto"')" > "$work/good" || { cat "$work/good"; fail "valid job failed"; }
 cat "$work/good"
 grep -q "succeeded" "$work/good" || fail "no success line"
 grep -q "validation loss" "$work/good" || fail "no summary"
 [ "$(grep -c '^step ' "$work/good")" -eq 6 ] || fail "expected 6 progress lines"
+grep -q "<- chosen" "$work/good" || fail "no plan table in the progress"
+grep -q "step time predicted" "$work/good" || fail "no predicted vs measured in the summary"
+
+# plan: a dry run prints the table of m and exits 0 without training.
+"$cli" plan "$(spec 's["micro_batches"] = "auto"')" > "$work/plan" || { cat "$work/plan"; fail "plan failed"; }
+cat "$work/plan"
+grep -q "link 0->1" "$work/plan" || fail "plan shows no link"
+for m in 1 2 4 8; do grep -qE "^ +$m +1f1b " "$work/plan" || fail "plan table lacks m=$m"; done
+[ "$(grep -c '<- chosen' "$work/plan")" -eq 1 ] || fail "plan must mark one choice"
 python3 - "$work/good" <<'PY' || fail "loss did not fall"
 import re, sys
 losses = [float(m.group(1)) for m in re.finditer(r"loss (\d+\.\d+)", open(sys.argv[1]).read())]
