@@ -15,6 +15,7 @@ DaemonConfig parseDaemonConfig(const std::string& text) {
   c.controlEndpoint = r.string("control_endpoint", c.controlEndpoint);
   c.dataEndpoint = r.string("data_endpoint", c.dataEndpoint);
   c.advertiseHost = r.string("advertise_host", c.advertiseHost);
+  c.advertiseDataEndpoint = r.string("advertise_data_endpoint", c.advertiseDataEndpoint);
   c.stateDir = r.string("state_dir", c.stateDir);
   c.insecure = r.boolean("insecure", c.insecure);
   c.torchThreads = static_cast<int>(r.integer("torch_threads", c.torchThreads, 0, 1024));

@@ -14,6 +14,9 @@ struct DaemonConfig {
   // Host other daemons use to reach this one when an endpoint binds a wildcard address;
   // empty: this machine's host name.
   std::string advertiseHost;
+  // The data endpoint peers connect to, when it is not the bound one (e.g. a relay or a
+  // NAT in front of it: the WAN testbed's delay relays). Empty: derived from the bound one.
+  std::string advertiseDataEndpoint;
   std::string stateDir = "/var/lib/skytrain";
   // Must be true until CURVE is configured: traffic is then unencrypted, for loopback or
   // trusted networks only.

@@ -67,7 +67,8 @@ Daemon::Daemon(DaemonConfig config)
   }
   controlEndpoint_ = advertisedEndpoint(control_.get(zmq::sockopt::last_endpoint), config_.advertiseHost);
   router_ = std::make_unique<DataRouter>(context_, config_.dataEndpoint);
-  dataEndpoint_ = advertisedEndpoint(router_->boundEndpoint(), config_.advertiseHost);
+  dataEndpoint_ = config_.advertiseDataEndpoint.empty() ? advertisedEndpoint(router_->boundEndpoint(), config_.advertiseHost)
+                                                        : config_.advertiseDataEndpoint;
   jobs_ = std::make_unique<JobTable>(config_.stateDir);
   jobs_->load();
   stages_ = std::make_unique<StageHost>(context_, *router_, config_.stateDir, dataEndpoint_, memoryBudgetBytes(config_));

@@ -17,6 +17,7 @@ using compression::FrameDirection;
 using Json = nlohmann::json;
 
 constexpr int kProbes = 4;   // round trips per probe size; the fastest counts
+constexpr size_t kMinProbeBytes = 1 << 20;  // smaller frames time the latency, not the bandwidth
 constexpr int kRepeats = 3;  // compute measurements per size; the median counts (the fastest is optimistic)
 
 double median(std::vector<double> v) {
@@ -120,6 +121,9 @@ Json PipelineRunner::probeLinks(uint64_t step) {
   const at::Tensor activation = model_->infer(randomInput(spec_.batchSize, generator));
   compression::TensorFrame big = frame(FrameDirection::Probe, 0, static_cast<uint16_t>(stage_ + 1), tiny);
   big.tensor = codec->encode(activation);
+  if (compression::frameBytes(big.tensor) < kMinProbeBytes) {
+    big = frame(FrameDirection::Probe, 0, static_cast<uint16_t>(stage_ + 1), torch::zeros({kMinProbeBytes / 4}));
+  }
   const double bigBytes = static_cast<double>(compression::frameBytes(big.tensor));
   double smallRtt = 1e30, bigRtt = 1e30;
   double smallBytes = 0;
