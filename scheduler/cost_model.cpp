@@ -15,9 +15,12 @@ LinearFit fitLinear(const std::vector<std::pair<double, double>>& points) {
   }
   const double n = static_cast<double>(points.size());
   const double variance = sxx - sx * sx / n;
-  if (variance <= 1e-12 * std::max(1.0, sxx)) return {sy / n, 0.0};
+  if (variance <= 1e-12 * std::max(1.0, sxx)) return {std::max(0.0, sy / n), 0.0};
   const double k = (sxy - sx * sy / n) / variance;
-  return {(sy - k * sx) / n, k};
+  const double a = (sy - k * sx) / n;
+  if (k < 0) return {std::max(0.0, sy / n), 0.0};       // flat: the best constant
+  if (a < 0) return {0.0, sxx > 0 ? sxy / sxx : 0.0};   // through the origin
+  return {a, k};
 }
 
 PipelineCosts costsAt(const std::vector<StageProfile>& stages, const std::vector<LinkProfile>& links, double b) {

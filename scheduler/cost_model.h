@@ -7,7 +7,8 @@
 
 namespace skytrain::scheduler {
 
-// y = a + k * b, fitted by least squares.
+// y = a + k * b, fitted by least squares with a >= 0 and k >= 0: every cost it models
+// (seconds, bytes) is non-negative, and a free fit through noisy points can cross zero.
 struct LinearFit {
   double a = 0;
   double k = 0;

@@ -89,5 +89,10 @@ TEST_CASE("fitLinear recovers a + k b") {
   CHECK(f.a == Approx(1.0));
   CHECK(f.k == Approx(2.0));
   CHECK(fitLinear({{4, 7.0}}).at(100) == Approx(7.0));
+  // Noisy points whose free fit has a negative intercept: the fit goes through the origin.
+  const LinearFit origin = fitLinear({{1, 0.5}, {4, 7.0}, {16, 32.0}});
+  CHECK(origin.a == 0.0);
+  CHECK(origin.k == Approx((0.5 + 28.0 + 512.0) / (1 + 16 + 256)));
+  CHECK(fitLinear({{1, 5.0}, {2, 4.0}}).k == 0.0);
   CHECK_THROWS_AS(fitLinear({}), skytrain::Error);
 }

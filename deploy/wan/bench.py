@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The headline benchmarks on the emulated WAN (deploy/wan/testbed.sh). Prints Markdown.
+
+  a. throughput of a 2- and a 3-stage pipeline over 100 Mbit/s and 1 Gbit/s links with 20 ms
+     one-way delay, as a ratio to the same pipeline over unshaped links (the single cloud);
+  b. step time of each compression strategy relative to none at 100 Mbit/s, with the
+     validation loss after the same number of steps;
+  c. the planner's m against the best m of a sweep on the 100 Mbit/s link.
+
+Every run is a real job through real daemons; figures are steady state: the mean step time
+after the last plan took effect (the first step under a plan, and profiling, are left out).
+Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+TESTBED = os.path.join(HERE, "testbed.sh")
+CORPUS = os.path.join(ROOT, "build", "data", "web.txt")
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
+BATCH = 32
+# Sized so that an uncompressed micro-batch's transfer at 100 Mbit/s takes longer than its
+# compute here (16 kB a sample each way: ~1.2 ms, against ~0.4 ms of forward and backward).
+MODEL = {"d_model": 64, "heads": 2, "d_ff": 128, "seq_len": 64}
+ARTICLE_FWD = "fp16+svd:0.6"
+
+
+def testbed(*args, capture=False):
+    return subprocess.run([TESTBED, *args], check=True, text=True,
+                          stdout=subprocess.PIPE if capture else subprocess.DEVNULL).stdout
+
+
+def run_job(stages, forward="none", backward="none", micro_batches="auto", schedule="auto"):
+    """Runs one job on the testbed that is up; returns its status."""
+    spec = {
+        "name": "bench", "seed": 7, "steps": STEPS, "batch_size": BATCH,
+        "micro_batches": micro_batches, "schedule": schedule,
+        "model": dict(MODEL, layers=stages),
+        "data": {"files": [CORPUS]}, "eval": {"samples": 64},
+        "optimizer": {"lr": 0.003},
+        "compression": {"forward": forward, "backward": backward},
+        "stages": [{"daemon": testbed("control", str(k), capture=True).strip(), "layers": [k, k + 1]}
+                   for k in range(stages)],
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    out = testbed("client", "submit", f.name, capture=True)
+    job = next(line.split()[2] for line in out.splitlines() if line.startswith("submitted job"))
+    status = json.loads(testbed("client", "status", "--json", job, capture=True))
+    os.unlink(f.name)
+    if status["state"] != "succeeded":
+        sys.exit(f"benchmark job failed: {status['error']}")
+    plan = status["plans"][-1]
+    steady = [s for s in status["steps"] if s["step"] > plan["from_step"]]
+    step_s = sum(s["step_s"] for s in steady) / len(steady)
+    return {
+        "step_s": step_s, "samples_per_s": BATCH / step_s, "m": plan["micro_batches"],
+        "schedule": plan["schedule"], "replans": len(status["plans"]) - 1,
+        "validation": status["summary"].get("validation_loss"),
+        "bytes": status["summary"]["bytes_sent_per_step"], "plan": plan,
+    }
+
+
+def with_testbed(links, fn):
+    testbed("up", links)
+    try:
+        return fn()
+    finally:
+        testbed("down")
+
+
+def throughput_tables():
+    print(f"### a. Throughput against the single cloud ({STEPS} steps a run)\n")
+    print("| stages | links | strategy | m, schedule | samples/s | ratio to unshaped |")
+    print("|---:|---|---|---|---:|---:|")
+    results = {}
+    for stages in (2, 3):
+        for rate in ("inf", "100", "1000"):
+            links = ",".join([f"{rate}:{0 if rate == 'inf' else 20}"] * (stages - 1))
+            runs = with_testbed(links, lambda: {
+                "none": run_job(stages),
+                f"{ARTICLE_FWD} / int8": run_job(stages, ARTICLE_FWD, "int8"),
+            })
+            for strategy, r in runs.items():
+                results[(stages, rate, strategy)] = r
+                base = results[(stages, "inf", "none")]["samples_per_s"]
+                label = "unshaped (single cloud)" if rate == "inf" else f"{rate} Mbit/s, 20 ms"
+                print(f"| {stages} | {label} | `{strategy}` | {r['m']}, {r['schedule']} | "
+                      f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f} |")
+    print()
+    return results
+
+
+def compression_table(none_run):
+    print(f"### b. Compression at 100 Mbit/s, 20 ms (2 stages, planner on, {STEPS} steps a run)\n")
+    print("| forward / backward | step time (s) | relative to none | bytes/step | validation loss | m |")
+    print("|---|---:|---:|---:|---:|---:|")
+    strategies = [("fp16", "fp16"), ("int8", "int8"), ("fp16+svd:0.6", "int8"), ("fp16+svd:0.2", "int8"),
+                  ("topk:0.1", "topk:0.1")]
+    runs = with_testbed("100:20", lambda: [(f, b, run_job(2, f, b)) for f, b in strategies])
+    for f, b, r in [("none", "none", none_run)] + runs:
+        print(f"| `{f}` / `{b}` | {r['step_s']:.4f} | {r['step_s'] / none_run['step_s']:.2f} | "
+              f"{r['bytes'] / 1e3:.0f} kB | {r['validation']:.4f} | {r['m']} |")
+    print()
+
+
+def planner_table():
+    print(f"### c. The planner's m against a sweep at 100 Mbit/s, 20 ms (2 stages, none, {STEPS} steps)\n")
+
+    def sweep():
+        auto = run_job(2)
+        fixed = {m: run_job(2, micro_batches=m, schedule=auto["schedule"])
+                 for m in (1, 2, 4, 8, 16, 32)}
+        return auto, fixed
+    auto, fixed = with_testbed("100:20", sweep)
+    predicted = {row["micro_batches"]: row["step_s"] for row in auto["plan"]["table"]
+                 if row["schedule"] == auto["schedule"]}
+    print(f"schedule: {auto['schedule']} (the planner's)\n")
+    print("| m | measured s/step | predicted s/step (auto run's final plan) |")
+    print("|---:|---:|---:|")
+    for m, r in fixed.items():
+        print(f"| {m} | {r['step_s']:.4f} | {predicted.get(m, float('nan')):.4f} |")
+    best = min(fixed, key=lambda m: fixed[m]["step_s"])
+    print(f"\nplanner (auto run, {auto['replans']} re-plans): m = {auto['m']}, measured {auto['step_s']:.4f} s/step, "
+          f"predicted {auto['plan']['step_s']:.4f}; best of the sweep: m = {best}, {fixed[best]['step_s']:.4f} s/step; "
+          f"the planner's run is {100 * (auto['step_s'] / fixed[best]['step_s'] - 1):+.1f}% from the best\n")
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("bench.py: needs root (network namespaces)")
+    subprocess.run([os.path.join(ROOT, "deploy", "get-corpus.sh"), CORPUS], check=True, stdout=subprocess.DEVNULL)
+    print(f"## Emulated WAN benchmarks\n\nmachine: {os.cpu_count()} cores; model GPT d_model {MODEL['d_model']}, "
+          f"{MODEL['heads']} heads, d_ff {MODEL['d_ff']}, seq {MODEL['seq_len']}, one block a stage; batch {BATCH}\n")
+    results = throughput_tables()
+    compression_table(results[(2, "100", "none")])
+    planner_table()
+
+
+if __name__ == "__main__":
+    main()
