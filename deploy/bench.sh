@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The headline benchmarks on the emulated WAN: tables a, b and c (see deploy/wan/bench.py).
-# Usage (root): bash deploy/bench.sh [steps]   — builds first.
+# Usage (root): bash deploy/bench.sh [steps] [batch]   — builds first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/build.sh > /dev/null

@@ -9,7 +9,7 @@
 
 Every run is a real job through real daemons; figures are steady state: the mean step time
 after the last plan took effect (the first step under a plan, and profiling, are left out).
-Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps]
+Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch]
 """
 import json
 import os
@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 TESTBED = os.path.join(HERE, "testbed.sh")
 CORPUS = os.path.join(ROOT, "build", "data", "web.txt")
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
-BATCH = 32
+BATCH = int(sys.argv[2]) if len(sys.argv) > 2 else 32
 # Sized so that an uncompressed micro-batch's transfer at 100 Mbit/s takes longer than its
 # compute here (16 kB a sample each way: ~1.2 ms, against ~0.4 ms of forward and backward).
 MODEL = {"d_model": 64, "heads": 2, "d_ff": 128, "seq_len": 64}
@@ -114,7 +114,7 @@ def planner_table():
     def sweep():
         auto = run_job(2)
         fixed = {m: run_job(2, micro_batches=m, schedule=auto["schedule"])
-                 for m in (1, 2, 4, 8, 16, 32)}
+                 for m in range(1, BATCH + 1) if BATCH % m == 0}
         return auto, fixed
     auto, fixed = with_testbed("100:20", sweep)
     predicted = {row["micro_batches"]: row["step_s"] for row in auto["plan"]["table"]

@@ -75,6 +75,24 @@ TEST_CASE("fp16+svd:0.5 forward, int8 backward trains like uncompressed with a t
   CHECK(packed["summary"]["bytes_raw_per_step"].get<double>() == kMicroBatches * 2.0 * 4 * elements);
 }
 
+TEST_CASE("the warm-up codec applies to the first steps, both directions", "[integration]") {
+  TestDaemon a("wa"), b("wb");
+  zmq::context_t context;
+  Json s = spec(a.control(), b.control(), "int8", "int8");
+  s["steps"] = 6;
+  s["compression"]["warmup_steps"] = 2;
+  s["compression"]["warmup"] = "fp16";
+  const Json status = runJob(context, a.control(), s);
+  REQUIRE(status["state"] == "succeeded");
+  const int64_t elements = kTokensPerMicroBatch * kDModel;
+  const double warm = kMicroBatches * 2.0 * (header("fp16") + 2 * elements);
+  const double steady = kMicroBatches * 2.0 * (header("int8") + 4 * kTokensPerMicroBatch + elements);
+  for (const auto& step : status["steps"]) {
+    CAPTURE(step["step"]);
+    CHECK(step["bytes_sent"].get<double>() == (step["step"].get<int>() < 2 ? warm : steady));
+  }
+}
+
 TEST_CASE("a job cut at a rank-8 split point trains, sending 8 numbers a token", "[integration]") {
   TestDaemon a("sa"), b("sb");
   zmq::context_t context;
