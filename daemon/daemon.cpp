@@ -98,6 +98,11 @@ void Daemon::run() {
         } catch (const std::exception& e) {
           reply = protocol::errorReply(e.what());
         }
+        // One-way messages are never answered, not even with an error: nobody reads it.
+        if (request.value("type", "") == protocol::kStageReport && !reply.is_null()) {
+          spdlog::warn("control: a stage report was refused: {}", reply.value("error", "?"));
+          reply = nullptr;
+        }
         if (!reply.is_null()) {
           if (request.contains("id")) reply["id"] = request["id"];
           const std::string body = reply.dump();
