@@ -10,18 +10,11 @@ steps=${2:-30}
 corpus=$PWD/build/data/web.txt
 deploy/get-corpus.sh "$corpus" >/dev/null
 work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+source deploy/local-daemons.sh
+cleanup() { stop_daemons; rm -rf "$work"; }
 trap cleanup EXIT
-for i in 0 1; do
-  mkdir -p "$work/d$i"
-  echo "{\"control_endpoint\": \"tcp://127.0.0.1:*\", \"data_endpoint\": \"tcp://127.0.0.1:*\", \"state_dir\": \"$work/d$i\", \"insecure\": true, \"torch_threads\": 1}" > "$work/d$i.json"
-  build/daemon/skytraind --config "$work/d$i.json" > "$work/d$i.log" 2>&1 &
-  pids+=($!)
-done
-for i in 0 1; do for _ in $(seq 100); do [ -s "$work/d$i/endpoints.json" ] && break; sleep 0.1; done; done
-A=$(python3 -c "import json;print(json.load(open('$work/d0/endpoints.json'))['control'])")
-B=$(python3 -c "import json;print(json.load(open('$work/d1/endpoints.json'))['control'])")
+start_daemon A build/daemon/skytraind "$work/d0"
+start_daemon B build/daemon/skytraind "$work/d1"
 export SKYTRAIN_DAEMON=$A
 
 variant() {  # variant M SCHEDULE -> spec path

@@ -119,11 +119,12 @@ int status(const ClientOptions& options, const std::string& job, bool json) {
               << status["steps_total"] << ", " << status["stages"] << " stages, " << status["schedule"].get<std::string>()
               << " m=" << status["micro_batches"] << "\n";
     if (!status["steps"].empty()) std::cout << "  last: " << formatStep(status["steps"].back(), status["steps_total"]) << "\n";
-    for (const auto& plan : status["plans"]) {
-      std::cout << "  plan from step " << plan["from_step"] << ": m=" << plan["micro_batches"] << " "
-                << plan["schedule"].get<std::string>() << ", predicted " << plan["step_s"].get<double>() << " s/step ("
-                << plan["reason"].get<std::string>() << ")\n";
+    const Json& plans = status["plans"];
+    for (size_t i = 0; i + 1 < plans.size(); ++i) {  // earlier plans in a line each, the one in force whole
+      std::cout << "  plan from step " << plans[i]["from_step"] << ": m=" << plans[i]["micro_batches"] << " "
+                << plans[i]["schedule"].get<std::string>() << " (" << plans[i]["reason"].get<std::string>() << ")\n";
     }
+    if (!plans.empty()) std::cout << "plan in force:\n" << formatPlan(plans.back());
     std::cout << formatSummary(status);
     return 0;
   });

@@ -46,7 +46,7 @@ std::string encodeFrameHeader(const TensorFrame& frame) {
     throw Error("frame: codec spec \"" + t.codec + "\" must be 1.." +
                 std::to_string(kMaxCodecSpec) + " characters");
   }
-  std::string out(kFrameFixedHeader + 8 * t.shape.size() + t.codec.size(), '\0');
+  std::string out(frameHeaderBytes(t.shape.size(), t.codec.size()), '\0');
   put(out, 0, kFrameMagic, 4);
   put(out, 4, kFrameVersion, 2);
   put(out, 6, static_cast<uint8_t>(frame.direction), 1);
@@ -87,7 +87,7 @@ TensorFrame decodeFrame(const void* header, size_t headerSize, std::string paylo
   if (codecLength == 0 || codecLength > kMaxCodecSpec) {
     throw WireError("frame codec spec length " + std::to_string(codecLength) + " is out of range");
   }
-  const size_t expectedHeader = kFrameFixedHeader + 8 * ndim + codecLength;
+  const size_t expectedHeader = frameHeaderBytes(ndim, codecLength);
   if (headerSize != expectedHeader) {
     throw WireError("frame header is " + std::to_string(headerSize) + " bytes, its fields need " +
                     std::to_string(expectedHeader));

@@ -57,9 +57,12 @@ struct TensorFrame {
   EncodedTensor tensor;
 };
 
+// Bytes of a header for a tensor of `dims` dimensions and a codec spec of `codecLength`.
+constexpr size_t frameHeaderBytes(size_t dims, size_t codecLength) { return kFrameFixedHeader + 8 * dims + codecLength; }
+
 // Bytes a frame carrying `tensor` takes on the wire: header and payload.
 inline size_t frameBytes(const EncodedTensor& tensor) {
-  return kFrameFixedHeader + 8 * tensor.shape.size() + tensor.codec.size() + tensor.payload.size();
+  return frameHeaderBytes(tensor.shape.size(), tensor.codec.size()) + tensor.payload.size();
 }
 
 // Part one of the frame (the header); part two is frame.tensor.payload as it is.

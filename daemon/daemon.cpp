@@ -98,11 +98,6 @@ void Daemon::run() {
         } catch (const std::exception& e) {
           reply = protocol::errorReply(e.what());
         }
-        // One-way messages are never answered, not even with an error: nobody reads it.
-        if (request.value("type", "") == protocol::kStageReport && !reply.is_null()) {
-          spdlog::warn("control: a stage report was refused: {}", reply.value("error", "?"));
-          reply = nullptr;
-        }
         if (!reply.is_null()) {
           if (request.contains("id")) reply["id"] = request["id"];
           const std::string body = reply.dump();
@@ -142,9 +137,13 @@ Json Daemon::handle(const Json& request) {
   if (type == protocol::kStageAbort) return stages_->abort(request);
   if (type == protocol::kStagePlan) return stages_->plan(request);
   if (type == protocol::kStageProfile) return stages_->profile(request);
-  if (type == protocol::kStageReport) {
-    jobs_->applyReport(request);
-    return nullptr;  // one-way
+  if (type == protocol::kStageReport) {  // one-way: never answered, not even with an error
+    try {
+      jobs_->applyReport(request);
+    } catch (const std::exception& e) {
+      spdlog::warn("control: refused a stage report: {}", e.what());
+    }
+    return nullptr;
   }
   throw Error("unknown request type \"" + type + "\"");
 }

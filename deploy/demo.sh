@@ -13,26 +13,14 @@ demo=$root/build/demo
 corpus=$root/build/data/web.txt
 deploy/get-corpus.sh "$corpus"
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
+source deploy/local-daemons.sh
+trap stop_daemons EXIT
+# Stage 0 on 7100/7101, stage 1 on 7200/7201, as if in two clouds.
 for i in 0 1; do
   port=$((7100 + 100 * i))
-  mkdir -p "$demo/stage$i"
-  cat > "$demo/stage$i.json" <<JSON
-{"control_endpoint": "tcp://127.0.0.1:$port", "data_endpoint": "tcp://127.0.0.1:$((port + 1))",
- "state_dir": "$demo/stage$i", "insecure": true, "torch_threads": 1}
-JSON
-  rm -f "$demo/stage$i/endpoints.json"
-  build/daemon/skytraind --config "$demo/stage$i.json" > "$demo/stage$i.log" 2>&1 &
-  pids+=($!)
+  start_daemon control build/daemon/skytraind "$demo/stage$i" "tcp://127.0.0.1:$port" "tcp://127.0.0.1:$((port + 1))"
 done
-for i in 0 1; do
-  for _ in $(seq 100); do [ -s "$demo/stage$i/endpoints.json" ] && break; sleep 0.1; done
-  [ -s "$demo/stage$i/endpoints.json" ] || { cat "$demo/stage$i.log"; echo "demo: daemon $i did not start" >&2; exit 1; }
-done
-echo "demo: daemons up (logs in $demo/stage*.log)"; grep -h "BLAS" "$demo"/stage*.log | head -1
+echo "demo: daemons up (logs in $demo/stage*/daemon.log)"; grep -h "BLAS" "$demo"/stage*/daemon.log | head -1
 
 python3 - "$job_template" "$corpus" "$demo/job.json" <<'PY'
 import json, sys

@@ -8,6 +8,7 @@
 #                                RATE "inf" leaves a link unshaped
 #   testbed.sh client ARGS...    the skytrain CLI inside cloud 0 (coordinator: cloud 0)
 #   testbed.sh control K         cloud K's control endpoint, for job specs
+#   testbed.sh shape LINK RATE   changes a link's rate (Mbit/s, or inf) while jobs run
 #   testbed.sh down              stops everything, removes the namespaces
 #   testbed.sh run LINKS -- CMD  up, run CMD (with $TESTBED = this script), down on exit
 #
@@ -60,6 +61,23 @@ down() {
   rm -f "$state/clouds"
 }
 
+shape() {  # shape LINK RATE: (re)sets the tbf of both ends of a link
+  local i=$1 rate=$2
+  [[ "$rate" =~ ^([0-9]+|inf)$ ]] || die "rate \"$rate\" is not Mbit/s or inf"
+  [ "$i" -ge 0 ] && [ "$i" -lt $(( $(clouds) - 1 )) ] || die "no link $i"
+  for end in "$(ns "$i") stl${i}a" "$(ns $((i + 1))) stl${i}b"; do
+    set -- $end
+    if [ "$rate" = "inf" ]; then
+      ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null || true
+    else
+      # burst: 10 ms at the rate, at least 64 kB (GSO segments on veth are up to 64 kB).
+      local burst=$(( rate * 1000000 / 8 / 100 ))
+      [ "$burst" -ge 65536 ] || burst=65536
+      ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "${rate}mbit" burst "$burst" latency 2000ms
+    fi
+  done
+}
+
 start() {  # start NAME NS CMD... : background process in a namespace, pid in $state/NAME.pid
   local name=$1 n=$2
   shift 2
@@ -93,13 +111,7 @@ up() {
     ip netns exec "$(ns $((i + 1)))" ip addr add "10.211.$i.2/24" dev "stl${i}b"
     ip netns exec "$(ns "$i")" ip link set "stl${i}a" up
     ip netns exec "$(ns $((i + 1)))" ip link set "stl${i}b" up
-    if [ "$rate" != "inf" ]; then
-      # burst: 10 ms at the rate, at least 64 kB (GSO segments on veth are up to 64 kB).
-      local burst=$(( rate * 1000000 / 8 / 100 ))
-      [ "$burst" -ge 65536 ] || burst=65536
-      ip netns exec "$(ns "$i")" tc qdisc add dev "stl${i}a" root tbf rate "${rate}mbit" burst "$burst" latency 2000ms
-      ip netns exec "$(ns $((i + 1)))" tc qdisc add dev "stl${i}b" root tbf rate "${rate}mbit" burst "$burst" latency 2000ms
-    fi
+    shape "$i" "$rate"
     echo "link $i: skyt$i <-> skyt$((i + 1)), rate ${rate} Mbit/s, delay ${delay} ms one way" >> "$state/links"
     start "relay$i-a" "$(ns "$i")" "$relay" "10.211.$i.1:7101" "127.0.0.1:7101" "$delay"
     start "relay$i-b" "$(ns $((i + 1)))" "$relay" "10.211.$i.2:7101" "127.0.0.1:7101" "$delay"
@@ -140,6 +152,7 @@ case "$cmd" in
   up) trap down ERR; up "${2:?links, e.g. 100:20}" ;;
   down) down ;;
   control) control "${2:?cloud}" ;;
+  shape) shape "${2:?link}" "${3:?rate}" ;;
   client) shift; ip netns exec "$(ns 0)" "$client" --daemon "$(control 0)" "$@" ;;
   run)
     links=${2:?links}

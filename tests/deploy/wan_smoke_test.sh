@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The emulated WAN comes up, a job trains across it, the coordinator measures the link's
-# configured delay, and everything comes down again. Needs root (CI has it); skips (77)
+# configured delay; when the link slows down under a running job, the coordinator re-plans;
+# and everything comes down again. Needs root (CI has it); skips (77)
 # without it.
 set -euo pipefail
 testbed=$1 corpus=$2
@@ -26,6 +27,40 @@ delay, bandwidth = link["delay_s"], link["bandwidth_bytes_per_s"]
 print(f"measured one-way delay {delay * 1e3:.1f} ms (configured 15), bandwidth {bandwidth * 8 / 1e6:.0f} Mbit/s (configured 40)")
 assert 0.014 <= delay <= 0.040, "delay not what the testbed set"
 assert 10e6 / 8 <= bandwidth <= 80e6 / 8, "bandwidth not what the testbed set"
+PY
+  # A job with 256 kB of activations a step: after 8 steps the link drops from 40 to
+  # 10 Mbit/s, the steps take ~4x the prediction, and the coordinator must re-plan.
+  python3 - "$SKYTRAIN_WAN_STATE/job.json" "$SKYTRAIN_WAN_STATE/slow.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s.update({"name": "wan-replan", "steps": 40, "batch_size": 16})
+s["model"].update({"d_model": 64, "seq_len": 64})
+json.dump(s, open(sys.argv[2], "w"))
+PY
+  job=$("$TESTBED" client submit --detach "$SKYTRAIN_WAN_STATE/slow.json" | awk '{print $3}')
+  for _ in $(seq 300); do
+    "$TESTBED" client status --json "$job" > "$SKYTRAIN_WAN_STATE/status.json"
+    python3 -c "import json,sys; sys.exit(json.load(open('$SKYTRAIN_WAN_STATE/status.json'))['steps_done'] < 8)" && break
+    sleep 0.2
+  done
+  "$TESTBED" shape 0 10
+  for _ in $(seq 600); do
+    "$TESTBED" client status --json "$job" > "$SKYTRAIN_WAN_STATE/status.json"
+    grep -qE '"state": "(succeeded|failed|cancelled)"' "$SKYTRAIN_WAN_STATE/status.json" && break
+    sleep 0.2
+  done
+  "$TESTBED" client status "$job"
+  python3 - "$SKYTRAIN_WAN_STATE/status.json" <<'PY'
+import json, sys
+status = json.load(open(sys.argv[1]))
+assert status["state"] == "succeeded", status["error"]
+plans = status["plans"]
+assert len(plans) >= 2, "no re-plan after the link slowed down"
+before, after = plans[0]["links"][0]["bandwidth_bytes_per_s"], plans[1]["links"][0]["bandwidth_bytes_per_s"]
+print(f"re-plan at step {plans[1]['from_step']}: {plans[1]['reason']}; link {before * 8 / 1e6:.0f} -> {after * 8 / 1e6:.0f} Mbit/s")
+assert plans[1]["reason"].startswith("re-plan: measured"), plans[1]["reason"]
+assert plans[1]["from_step"] > 8
+assert after < before / 2, "the new profile did not see the slower link"
 PY
 }
 export -f check fail

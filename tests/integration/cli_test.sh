@@ -5,27 +5,14 @@
 set -euo pipefail
 daemon=$1 cli=$2 corpus=$3
 work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+source "$(dirname "$0")/../../deploy/local-daemons.sh"
+cleanup() { stop_daemons; rm -rf "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-start_daemon() {  # name -> prints control endpoint
-  local name=$1
-  mkdir -p "$work/$name"
-  cat > "$work/$name.json" <<JSON
-{"control_endpoint": "tcp://127.0.0.1:*", "data_endpoint": "tcp://127.0.0.1:*",
- "state_dir": "$work/$name", "insecure": true, "torch_threads": 1}
-JSON
-  "$daemon" --config "$work/$name.json" > "$work/$name.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do [ -s "$work/$name/endpoints.json" ] && break; sleep 0.1; done
-  [ -s "$work/$name/endpoints.json" ] || { cat "$work/$name.log"; fail "daemon $name did not start"; }
-}
-start_daemon a
-start_daemon b
-A=$(python3 -c "import json;print(json.load(open('$work/a/endpoints.json'))['control'])")
-B=$(python3 -c "import json;print(json.load(open('$work/b/endpoints.json'))['control'])")
+start_daemon A "$daemon" "$work/a"
+start_daemon B "$daemon" "$work/b"
+[ "${#daemon_pids[@]}" -eq 2 ] || fail "expected two daemon pids"
 export SKYTRAIN_DAEMON=$A
 
 # spec KEY=PYTHON-EXPRESSION... : writes a variant of the valid spec, prints its path.
@@ -73,7 +60,7 @@ expect_refused "unreachable stage daemon" 1 "stage 1 (tcp://127.0.0.1:9)" "no re
 expect_refused "missing data file" 1 "/nonexistent/corpus.txt" -- "$(spec 's["data"]["files"] = ["/nonexistent/corpus.txt"]')"
 SKYTRAIN_DAEMON=tcp://127.0.0.1:9 expect_refused "unreachable coordinator" 2 "no reply from tcp://127.0.0.1:9" -- "$(spec)"
 
-for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died on bad input"; done
+for p in "${daemon_pids[@]}"; do kill -0 "$p" || fail "a daemon died on bad input"; done
 
 # The daemons still serve: a valid job, m and schedule chosen by the planner, trains to the
 # end with falling loss, showing its plan and predicted vs measured step time.
@@ -84,6 +71,9 @@ grep -q "validation loss" "$work/good" || fail "no summary"
 [ "$(grep -c '^step ' "$work/good")" -eq 6 ] || fail "expected 6 progress lines"
 grep -q "<- chosen" "$work/good" || fail "no plan table in the progress"
 grep -q "step time predicted" "$work/good" || fail "no predicted vs measured in the summary"
+good_job=$(awk '/submitted job/ {print $3}' "$work/good")
+"$cli" status "$good_job" > "$work/good-status" || fail "status failed"
+grep -q "<- chosen" "$work/good-status" || { cat "$work/good-status"; fail "status does not show the plan table"; }
 
 # plan: a dry run prints the table of m and exits 0 without training.
 "$cli" plan "$(spec 's["micro_batches"] = "auto"')" > "$work/plan" || { cat "$work/plan"; fail "plan failed"; }
@@ -107,6 +97,6 @@ sleep 1
 rc=0; "$cli" status 0000000000000000 > "$work/unknown" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q "unknown job" "$work/unknown" || fail "unknown job not reported (exit $rc)"
 sleep 1
-grep -q "stage 0: aborted" "$work/a.log" || { cat "$work/a.log"; fail "stage 0 was not aborted"; }
-for p in "${pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
+grep -q "stage 0: aborted" "$work/a/daemon.log" || { cat "$work/a/daemon.log"; fail "stage 0 was not aborted"; }
+for p in "${daemon_pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
 echo "cli_test: all passed"
