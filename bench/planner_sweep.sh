@@ -13,6 +13,8 @@ work=$(mktemp -d)
 source deploy/local-daemons.sh
 cleanup() { stop_daemons; rm -rf "$work"; }
 trap cleanup EXIT
+data_root=$(dirname "$corpus")
+make_keys "$work/keys" build/client/skytrain 2
 start_daemon A build/daemon/skytraind "$work/d0"
 start_daemon B build/daemon/skytraind "$work/d1"
 export SKYTRAIN_DAEMON=$A

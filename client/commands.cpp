@@ -1,5 +1,8 @@
 #include "client/commands.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -67,12 +70,68 @@ int streamUntilDone(protocol::ControlClient& client, const ClientOptions& option
   }
 }
 
+std::string homeConfig(const std::string& file) {
+  const char* home = std::getenv("HOME");
+  return home ? std::string(home) + "/.config/skytrain/" + file : "";
+}
+
+std::string firstOf(const std::string& flag, const char* env, const std::string& fallback) {
+  if (!flag.empty()) return flag;
+  if (const char* value = std::getenv(env); value && *value) return value;
+  return fallback;
+}
+
 }  // namespace
+
+protocol::ClientSecurity resolveSecurity(const IdentityOptions& identity, const std::string& daemon) {
+  if (identity.insecure) {
+    if (!protocol::isLoopbackEndpoint(daemon)) {
+      throw Error("--insecure talks plaintext to loopback daemons only, not " + daemon);
+    }
+    return {};
+  }
+  protocol::ClientSecurity security;
+  std::string keyFile = firstOf(identity.keyFile, "SKYTRAIN_KEY", "");
+  if (keyFile.empty()) {
+    const std::string fallback = homeConfig("client.key");
+    if (!fallback.empty() && ::access(fallback.c_str(), F_OK) == 0) keyFile = fallback;
+  }
+  if (keyFile.empty()) {
+    throw Error("no key: give --key FILE or $SKYTRAIN_KEY (make one with `skytrain keygen NAME`), or --insecure "
+                "for an insecure loopback daemon");
+  }
+  security.self = protocol::loadKeyPair(keyFile);
+  security.serverKey = firstOf(identity.daemonKey, "SKYTRAIN_DAEMON_KEY", "");
+  if (security.serverKey.empty()) {
+    const std::string file = firstOf(identity.knownDaemons, "SKYTRAIN_KNOWN_DAEMONS", homeConfig("known_daemons"));
+    const auto known = protocol::loadKnownDaemons(file);
+    auto it = known.find(daemon);
+    if (it == known.end()) {
+      throw Error("no public key is known for daemon " + daemon + ": add \"" + daemon + " <its public key>\" to " +
+                  (file.empty() ? std::string("a known daemons file") : file) +
+                  " or give --daemon-key (an unknown daemon is never trusted on first use)");
+    }
+    security.serverKey = it->second;
+  }
+  if (!protocol::isZ85Key(security.serverKey)) throw Error("the daemon key is not a 40-character Z85 key");
+  return security;
+}
+
+int keygen(const std::string& name, const std::string& dir) {
+  return guarded([&] {
+    const auto keys = protocol::generateKeyPair(name);
+    const std::string path = protocol::writeKeyPair(keys, dir);
+    std::cout << "wrote " << path << " (secret, mode 0600) and " << dir << "/" << name << ".pub\n"
+              << "public key: " << keys.publicKey << "\n"
+              << "authorized_keys line for a daemon that admits it: " << keys.publicKey << " client " << name << "\n";
+    return 0;
+  });
+}
 
 int submit(const ClientOptions& options, const std::string& specPath, bool detach) {
   return guarded([&] {
     zmq::context_t context;
-    protocol::ControlClient client(context, options.daemon);
+    protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", protocol::kSubmit}, {"spec", readSpec(specPath)}}, options.timeout);
     const std::string job = reply["job"];
     std::cout << "submitted job " << job << " to " << options.daemon << "\n";
@@ -84,7 +143,7 @@ int submit(const ClientOptions& options, const std::string& specPath, bool detac
 int plan(const ClientOptions& options, const std::string& specPath) {
   return guarded([&] {
     zmq::context_t context;
-    protocol::ControlClient client(context, options.daemon);
+    protocol::ControlClient client(context, options.daemon, options.security);
     const std::string job = client.request({{"type", protocol::kSubmit}, {"spec", readSpec(specPath)}, {"dry_run", true}},
                                            options.timeout)["job"];
     std::cout << "profiling job " << job << " (dry run)\n";
@@ -107,7 +166,7 @@ int plan(const ClientOptions& options, const std::string& specPath) {
 int status(const ClientOptions& options, const std::string& job, bool json) {
   return guarded([&] {
     zmq::context_t context;
-    protocol::ControlClient client(context, options.daemon);
+    protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", 0}}, options.timeout);
     const Json& status = reply["job"];
     if (json) {
@@ -133,7 +192,7 @@ int status(const ClientOptions& options, const std::string& job, bool json) {
 int list(const ClientOptions& options) {
   return guarded([&] {
     zmq::context_t context;
-    protocol::ControlClient client(context, options.daemon);
+    protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", protocol::kList}}, options.timeout);
     std::printf("%-16s  %-10s  %-9s  %s\n", "JOB", "STATE", "STEP", "NAME");
     for (const auto& job : reply["jobs"]) {
@@ -148,7 +207,7 @@ int list(const ClientOptions& options) {
 int cancel(const ClientOptions& options, const std::string& job) {
   return guarded([&] {
     zmq::context_t context;
-    protocol::ControlClient client(context, options.daemon);
+    protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", protocol::kCancel}, {"job", job}}, options.timeout);
     std::cout << "job " << job << ": " << reply["state"].get<std::string>() << "\n";
     return 0;

@@ -5,12 +5,30 @@
 #include <chrono>
 #include <string>
 
+#include "daemon/protocol/control.h"
+
 namespace skytrain::client {
 
 struct ClientOptions {
   std::string daemon = "tcp://127.0.0.1:7100";  // control endpoint
   std::chrono::milliseconds timeout{5000};       // per request
+  protocol::ClientSecurity security;             // from resolveSecurity
 };
+
+// Where the CLI's identity comes from: flags, else the environment, else ~/.config/skytrain.
+struct IdentityOptions {
+  std::string keyFile;       // --key, $SKYTRAIN_KEY, ~/.config/skytrain/client.key
+  std::string daemonKey;     // --daemon-key, $SKYTRAIN_DAEMON_KEY
+  std::string knownDaemons;  // --known-daemons, $SKYTRAIN_KNOWN_DAEMONS, ~/.config/skytrain/known_daemons
+  bool insecure = false;     // --insecure: plaintext, for an insecure loopback daemon
+};
+
+// The client's key pair and the daemon's public key. Throws skytrain::Error saying what
+// is missing; an unknown daemon key is an error, never trusted on first use.
+protocol::ClientSecurity resolveSecurity(const IdentityOptions& identity, const std::string& daemon);
+
+// Writes DIR/NAME.key and DIR/NAME.pub and prints the public key.
+int keygen(const std::string& name, const std::string& dir);
 
 // Submits the spec file; unless detach, streams one line per step and a summary, and
 // returns 0 when the job succeeds, 1 when it fails or is cancelled, 2 on a refused spec

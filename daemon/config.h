@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace skytrain::daemon {
 
@@ -18,11 +19,25 @@ struct DaemonConfig {
   // NAT in front of it: the WAN testbed's delay relays). Empty: derived from the bound one.
   std::string advertiseDataEndpoint;
   std::string stateDir = "/var/lib/skytrain";
-  // Must be true until CURVE is configured: traffic is then unencrypted, for loopback or
-  // trusted networks only.
+  // CURVE identity: this daemon's secret key file (skytrain keygen), the keys it admits
+  // ("<public key> <role> <name>" lines, reloaded on SIGHUP) and the public keys of the
+  // daemons it connects to ("<control endpoint> <public key>" lines).
+  std::string secretKeyFile;
+  std::string authorizedKeys;
+  std::string knownDaemons;
+  // Plaintext, no keys: for development on loopback only; any other endpoint is refused.
   bool insecure = false;
+  // Data files of jobs must resolve (after symlinks) under one of these; empty: the state
+  // dir's data/.
+  std::vector<std::string> dataRoots;
   int torchThreads = 0;  // 0: LibTorch's default
-  int64_t memoryBudgetMb = 0;  // activation stash per hosted stage; 0: half the physical memory
+  // Memory a hosted stage may use: weights, gradients, optimizer state, activation stash
+  // and data; a stage whose estimate exceeds it is refused. 0: half the physical memory.
+  int64_t memoryBudgetMb = 0;
+  // A prepared stage not started within this many seconds is freed.
+  double prepareTimeoutS = 60;
+  // Largest data frame accepted (ZeroMQ drops bigger messages and their connection).
+  int64_t maxFrameMb = 1024;
   std::string logLevel = "info";
 };
 

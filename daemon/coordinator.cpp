@@ -7,6 +7,7 @@
 
 #include "daemon/planning.h"
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/messages.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -22,13 +23,13 @@ constexpr int64_t kReplanLead = 3;
 }  // namespace
 
 Coordinator::Coordinator(zmq::context_t& context, JobTable& table, std::string jobId, protocol::JobSpec spec,
-                         std::string specText, std::string selfControl)
+                         std::string specText, CoordinatorOptions options)
     : context_(context),
       table_(table),
       jobId_(std::move(jobId)),
       spec_(std::move(spec)),
       specText_(std::move(specText)),
-      selfControl_(std::move(selfControl)) {
+      options_(std::move(options)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -37,25 +38,35 @@ Coordinator::~Coordinator() {
   if (thread_.joinable()) thread_.join();
 }
 
+protocol::ControlClient Coordinator::clientFor(int stage) {
+  return protocol::ControlClient(context_, spec_.stages[stage].daemon, {options_.self, options_.stageKeys[stage]});
+}
+
 void Coordinator::prepareAndStart() {
   const int stages = static_cast<int>(spec_.stages.size());
   std::vector<std::string> data(stages);
   for (int i = 0; i < stages; ++i) {
-    protocol::ControlClient client(context_, spec_.stages[i].daemon);
     try {
-      const auto reply = client.request({{"type", protocol::kStagePrepare}, {"job", jobId_}, {"stage", i},
-                                         {"spec", specText_}, {"coordinator", selfControl_}},
-                                        kStageRequestTimeout);
+      protocol::StagePrepare prepare;
+      prepare.job = jobId_;
+      prepare.stage = i;
+      prepare.spec = specText_;
+      prepare.coordinator = options_.selfControl;
+      const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);
       data[i] = reply.at("data_endpoint").get<std::string>();
     } catch (const std::exception& e) {
       throw PeerError("stage " + std::to_string(i) + " (" + spec_.stages[i].daemon + "): " + e.what());
     }
   }
-  for (int i = 0; i < stages; ++i) {
-    protocol::ControlClient client(context_, spec_.stages[i].daemon);
-    client.request({{"type", protocol::kStageStart}, {"job", jobId_}, {"stage", i},
-                    {"previous", i > 0 ? data[i - 1] : ""}, {"next", i + 1 < stages ? data[i + 1] : ""}},
-                   kStageRequestTimeout);
+  // Last stage first: a stage accepts frames only once it knows its neighbours, and frames
+  // flow downstream first (probes, activations), so each receiver is ready before its sender.
+  for (int i = stages - 1; i >= 0; --i) {
+    protocol::StageStart start;
+    start.job = jobId_;
+    start.stage = i;
+    if (i > 0) start.previous = data[i - 1], start.previousKey = options_.stageKeys[i - 1];
+    if (i + 1 < stages) start.next = data[i + 1], start.nextKey = options_.stageKeys[i + 1];
+    clientFor(i).request(protocol::toJson(start), kStageRequestTimeout);
   }
 }
 
@@ -64,8 +75,7 @@ void Coordinator::sendToStages(const nlohmann::json& message, std::chrono::milli
     nlohmann::json m = message;
     m["job"] = jobId_;
     m["stage"] = i;
-    protocol::ControlClient client(context_, spec_.stages[i].daemon);
-    client.request(m, timeout);
+    clientFor(i).request(m, timeout);
   }
 }
 
@@ -174,8 +184,7 @@ void Coordinator::run() {
 void Coordinator::abortStages() {
   for (int i = 0; i < static_cast<int>(spec_.stages.size()); ++i) {
     try {
-      protocol::ControlClient client(context_, spec_.stages[i].daemon);
-      client.request({{"type", protocol::kStageAbort}, {"job", jobId_}, {"stage", i}}, std::chrono::milliseconds(2000));
+      clientFor(i).request({{"type", protocol::kStageAbort}, {"job", jobId_}, {"stage", i}}, std::chrono::milliseconds(2000));
     } catch (const std::exception& e) {
       spdlog::warn("job {}: could not abort stage {}: {}", jobId_, i, e.what());
     }

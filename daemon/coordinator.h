@@ -11,15 +11,22 @@
 #include <thread>
 
 #include "daemon/job_table.h"
+#include "daemon/protocol/control.h"
 #include "daemon/protocol/job_spec.h"
 #include "scheduler/planner.h"
 
 namespace skytrain::daemon {
 
+struct CoordinatorOptions {
+  std::string selfControl;             // this daemon's control endpoint, for the stages' reports
+  protocol::KeyPair self;              // this daemon's key pair (empty when insecure)
+  std::vector<std::string> stageKeys;  // each stage daemon's public key ("" when insecure)
+};
+
 class Coordinator {
  public:
   Coordinator(zmq::context_t& context, JobTable& table, std::string jobId, protocol::JobSpec spec,
-              std::string specText, std::string selfControl);
+              std::string specText, CoordinatorOptions options);
   ~Coordinator();  // stops and joins
 
   void stop() { stopping_ = true; }
@@ -34,13 +41,15 @@ class Coordinator {
   bool requestProfiles(int64_t step);
   void sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout);
   void abortStages();
+  // A control client to stage i's daemon, authenticated by its key.
+  protocol::ControlClient clientFor(int stage);
 
   zmq::context_t& context_;
   JobTable& table_;
   std::string jobId_;
   protocol::JobSpec spec_;
   std::string specText_;
-  std::string selfControl_;
+  CoordinatorOptions options_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> finished_{false};
   double predictedStepSeconds_ = 0;

@@ -11,6 +11,7 @@
 #include "daemon/data_router.h"
 #include "daemon/files.h"
 #include "daemon/job_table.h"
+#include "daemon/security/zap_handler.h"
 #include "daemon/stage_host.h"
 #include "scheduler/error.h"
 
@@ -58,24 +59,42 @@ std::string advertisedEndpoint(const std::string& bound, const std::string& host
 
 Daemon::Daemon(DaemonConfig config)
     : config_(std::move(config)), context_(1), control_(context_, zmq::socket_type::router) {
+  if (config_.insecure) {
+    access_ = std::make_unique<AccessList>();
+    spdlog::warn("skytraind: INSECURE mode: no encryption, no authentication (loopback only)");
+  } else {
+    access_ = std::make_unique<AccessList>(config_.authorizedKeys, protocol::loadKeyPair(config_.secretKeyFile));
+    zap_ = std::make_unique<ZapHandler>(context_, *access_, counters_);
+    applyCurveServer(control_, access_->self());
+  }
   control_.set(zmq::sockopt::linger, 0);
-  control_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kMaxControlMessageBytes));
+  control_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kControlSocketLimit));
   try {
     control_.bind(config_.controlEndpoint);
   } catch (const zmq::error_t& e) {
     throw Error("cannot bind control endpoint \"" + config_.controlEndpoint + "\": " + e.what());
   }
   controlEndpoint_ = advertisedEndpoint(control_.get(zmq::sockopt::last_endpoint), config_.advertiseHost);
-  router_ = std::make_unique<DataRouter>(context_, config_.dataEndpoint);
+  router_ = std::make_unique<DataRouter>(context_, config_.dataEndpoint, *access_, counters_,
+                                         config_.maxFrameMb * 1024 * 1024);
   dataEndpoint_ = config_.advertiseDataEndpoint.empty() ? advertisedEndpoint(router_->boundEndpoint(), config_.advertiseHost)
                                                         : config_.advertiseDataEndpoint;
   jobs_ = std::make_unique<JobTable>(config_.stateDir);
   jobs_->load();
-  stages_ = std::make_unique<StageHost>(context_, *router_, config_.stateDir, dataEndpoint_, memoryBudgetBytes(config_));
-  writeFileAtomic(config_.stateDir + "/endpoints.json",
-                  Json{{"control", controlEndpoint_}, {"data", dataEndpoint_}, {"pid", ::getpid()}}.dump());
+  StageHostOptions hostOptions;
+  hostOptions.stateDir = config_.stateDir;
+  hostOptions.dataEndpoint = dataEndpoint_;
+  hostOptions.memoryBudgetBytes = memoryBudgetBytes(config_);
+  hostOptions.dataRoots = config_.dataRoots;
+  hostOptions.prepareTimeoutS = config_.prepareTimeoutS;
+  hostOptions.self = access_->self();
+  stages_ = std::make_unique<StageHost>(context_, *router_, std::move(hostOptions));
+  Json endpoints = {{"control", controlEndpoint_}, {"data", dataEndpoint_}, {"pid", ::getpid()}};
+  if (!config_.insecure) endpoints["public_key"] = access_->self().publicKey;
+  writeFileAtomic(config_.stateDir + "/endpoints.json", endpoints.dump());
   router_->start();
-  spdlog::info("skytraind: control {} data {} state {}", controlEndpoint_, dataEndpoint_, config_.stateDir);
+  spdlog::info("skytraind: control {} data {} state {}{}", controlEndpoint_, dataEndpoint_, config_.stateDir,
+               config_.insecure ? " (insecure)" : ", CURVE key " + access_->self().publicKey);
 }
 
 Daemon::~Daemon() {
@@ -84,32 +103,63 @@ Daemon::~Daemon() {
   router_->stop();
 }
 
+std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
+  std::optional<uint64_t> id;
+  bool oneWay = false;
+  Json reply;
+  try {
+    const Json message = protocol::parseControlMessage(body.data(), body.size());
+    oneWay = message.contains("type") && message["type"] == protocol::kStageReport;
+    const auto caller = access_->find(userIdOf(body));
+    if (!caller) {  // admitted at the handshake, removed from authorized_keys since
+      ++counters_.requestsRefused;
+      throw Error("key " + userIdOf(body) + " is no longer authorized");
+    }
+    const protocol::Envelope envelope = protocol::parseRequest(message);
+    id = envelope.id;
+    reply = handle(envelope.request, *caller);
+  } catch (const SpecError& e) {
+    reply = protocol::errorReply(e.what(), e.path());
+  } catch (const std::exception& e) {
+    reply = protocol::errorReply(e.what());
+  }
+  if (oneWay) {  // one-way: never answered, not even with an error
+    if (reply.is_object() && reply.contains("error")) spdlog::warn("control: refused a stage report: {}", protocol::toText(reply["error"]));
+    return std::nullopt;
+  }
+  if (id) reply["id"] = *id;
+  return protocol::toText(reply);
+}
+
 void Daemon::run() {
+  auto lastBeat = std::chrono::steady_clock::now() - std::chrono::seconds(10);
   while (!stopping_) {
     if (protocol::waitReadable(control_, std::chrono::milliseconds(100))) {
       std::vector<zmq::message_t> parts;
       if (zmq::recv_multipart(control_, std::back_inserter(parts), zmq::recv_flags::dontwait) && parts.size() == 2) {
-        Json request, reply;
-        try {
-          request = protocol::parseControlMessage(parts[1].data(), parts[1].size());
-          reply = handle(request);
-        } catch (const SpecError& e) {
-          reply = protocol::errorReply(e.what(), e.path());
-        } catch (const std::exception& e) {
-          reply = protocol::errorReply(e.what());
-        }
-        if (!reply.is_null()) {
-          if (request.contains("id")) reply["id"] = request["id"];
-          const std::string body = reply.dump();
+        if (const auto reply = answer(parts[1])) {
           control_.send(parts[0], zmq::send_flags::sndmore);
-          control_.send(zmq::buffer(body), zmq::send_flags::dontwait);
+          control_.send(zmq::buffer(*reply), zmq::send_flags::dontwait);
         }
       } else if (!parts.empty()) {
         spdlog::warn("control: dropped a message of {} parts", parts.size());
       }
     }
+    if (reloadRequested_.exchange(false)) {
+      access_->reload();
+      if (!config_.insecure) {
+        try {
+              } catch (const std::exception& e) {
+          spdlog::error("security: kept the previous known daemons: {}", e.what());
+        }
+      }
+    }
     stages_->reap();
     reapCoordinators();
+    if (heartbeat_ && std::chrono::steady_clock::now() - lastBeat > std::chrono::seconds(1)) {
+      heartbeat_();
+      lastBeat = std::chrono::steady_clock::now();
+    }
   }
   spdlog::info("skytraind: stopping ({} coordinated jobs, {} hosted stages active)", coordinators_.size(),
                stages_->active());
@@ -123,46 +173,116 @@ void Daemon::reapCoordinators() {
   }
 }
 
-Json Daemon::handle(const Json& request) {
-  const std::string type = request.value("type", "");
-  if (type == protocol::kPing) return {{"ok", true}, {"control", controlEndpoint_}, {"data", dataEndpoint_}};
-  if (type == protocol::kSubmit) return submit(request);
-  if (type == protocol::kStatus) {
-    return {{"ok", true}, {"job", jobs_->status(request.at("job").get<std::string>(), request.value("since", 0))}};
-  }
-  if (type == protocol::kList) return {{"ok", true}, {"jobs", jobs_->list()}};
-  if (type == protocol::kCancel) return cancel(request);
-  if (type == protocol::kStagePrepare) return stages_->prepare(request);
-  if (type == protocol::kStageStart) return stages_->start(request);
-  if (type == protocol::kStageAbort) return stages_->abort(request);
-  if (type == protocol::kStagePlan) return stages_->plan(request);
-  if (type == protocol::kStageProfile) return stages_->profile(request);
-  if (type == protocol::kStageReport) {  // one-way: never answered, not even with an error
-    try {
-      jobs_->applyReport(request);
-    } catch (const std::exception& e) {
-      spdlog::warn("control: refused a stage report: {}", e.what());
-    }
-    return nullptr;
-  }
-  throw Error("unknown request type \"" + type + "\"");
+void Daemon::refuse(const Caller& caller, const std::string& what) {
+  ++counters_.requestsRefused;
+  spdlog::warn("security: refused {}: {}", caller.describe(), what);
+  throw Error("refused: " + what);
 }
 
-Json Daemon::submit(const Json& request) {
-  if (!request.contains("spec") || !request["spec"].is_string()) throw Error("submit needs \"spec\" (the job spec text)");
-  const std::string text = request["spec"].get<std::string>();
-  const protocol::JobSpec spec = protocol::parseJobSpec(text);
+void Daemon::checkOwner(const std::string& job, const Caller& caller, const char* action) {
+  const auto owner = jobs_->owner(job);
+  if (caller.isAdmin() || owner.first == caller.key) return;
+  refuse(caller, std::string(action) + " job " + job + " needs the admin role: it belongs to '" + owner.second + "'");
+}
+
+Json Daemon::ping(const Caller& caller) const {
+  Json reply = {{"ok", true}, {"control", controlEndpoint_}, {"data", dataEndpoint_}, {"you", caller.describe()}};
+  if (!config_.insecure) reply["public_key"] = access_->self().publicKey;
+  if (caller.isAdmin()) {
+    reply["refused"] = {{"handshakes", counters_.handshakesRefused.load()},
+                        {"requests", counters_.requestsRefused.load()},
+                        {"reports", counters_.reportsRefused.load()},
+                        {"frames", counters_.framesRefused.load() + router_->framesDropped()}};
+  }
+  return reply;
+}
+
+void Daemon::report(const protocol::StageReport& report, const Caller& caller) {
+  const std::string expected = jobs_->stageKey(report.job, report.stage);
+  if (!caller.isDaemon() || (!caller.insecure && caller.key != expected)) {
+    ++counters_.reportsRefused;
+    throw Error("stage report for job " + report.job + " stage " + std::to_string(report.stage) + " from " +
+                caller.describe() + ", which does not host that stage");
+  }
+  jobs_->applyReport(report);
+}
+
+Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
+  using namespace protocol;
+  if (std::holds_alternative<Ping>(request)) return ping(caller);
+  if (const auto* m = std::get_if<StageReport>(&request)) {
+    report(*m, caller);
+    return nullptr;
+  }
+  if (const auto* m = std::get_if<StagePrepare>(&request)) {
+    if (!caller.isDaemon()) refuse(caller, "stage.prepare is for daemons");
+    return stages_->prepare(*m, caller.key);
+  }
+  if (const auto* m = std::get_if<StageStart>(&request)) return stages_->start(*m, caller.key);
+  if (const auto* m = std::get_if<StageAbort>(&request)) return stages_->abort(*m, caller.key);
+  if (const auto* m = std::get_if<StagePlan>(&request)) return stages_->plan(*m, caller.key);
+  if (const auto* m = std::get_if<StageProfile>(&request)) return stages_->profile(*m, caller.key);
+  if (!caller.isUser()) refuse(caller, typeName(request) + " is for clients");
+  if (const auto* m = std::get_if<Submit>(&request)) return submit(*m, caller);
+  if (const auto* m = std::get_if<Status>(&request)) {
+    checkOwner(m->job, caller, "reading");
+    return {{"ok", true}, {"job", jobs_->status(m->job, static_cast<size_t>(m->since))}};
+  }
+  if (std::holds_alternative<List>(request)) {
+    return {{"ok", true}, {"jobs", jobs_->list(caller.isAdmin() ? std::nullopt : std::optional(caller.key))}};
+  }
+  if (const auto* m = std::get_if<Cancel>(&request)) return cancel(*m, caller);
+  throw Error("unhandled request type \"" + typeName(request) + "\"");
+}
+
+std::vector<std::string> Daemon::stageKeys(const protocol::JobSpec& spec) const {
+  std::vector<std::string> keys;
+  // Read at each submit (it is small and bounded), so a new daemon needs no restart here.
+  protocol::KnownDaemons known;
+  if (!config_.insecure) {
+    try {
+      known = protocol::loadKnownDaemons(config_.knownDaemons);
+    } catch (const std::exception& e) {
+      throw Error(std::string("this daemon's known daemons: ") + e.what());
+    }
+  }
+  for (size_t i = 0; i < spec.stages.size(); ++i) {
+    const auto& stage = spec.stages[i];
+    if (config_.insecure) {
+      keys.emplace_back();
+    } else if (!stage.key.empty()) {
+      keys.push_back(stage.key);
+    } else if (auto it = known.find(stage.daemon); it != known.end()) {
+      keys.push_back(it->second);
+    } else if (stage.daemon == controlEndpoint_) {
+      keys.push_back(access_->self().publicKey);
+    } else {
+      throw SpecError("$.stages[" + std::to_string(i) + "].key",
+                      "no public key is known for daemon " + stage.daemon + ": give it here or list it in " +
+                          (config_.knownDaemons.empty() ? std::string("known_daemons (not configured)") : config_.knownDaemons));
+    }
+  }
+  return keys;
+}
+
+Json Daemon::submit(const protocol::Submit& request, const Caller& caller) {
+  const protocol::JobSpec spec = protocol::parseJobSpec(request.spec);
   checkCodecs(spec);
-  const std::string id = jobs_->create(spec, text, request.value("dry_run", false));
-  coordinators_[id] = std::make_unique<Coordinator>(context_, *jobs_, id, spec, text, controlEndpoint_);
-  spdlog::info("job {} (\"{}\"): submitted, {} stages, {} steps", id, spec.name, spec.stages.size(), spec.steps);
+  const auto keys = stageKeys(spec);
+  const std::string id = jobs_->create(spec, request.spec, {caller.key, caller.name}, keys, request.dryRun);
+  CoordinatorOptions options{controlEndpoint_, access_->self(), keys};
+  coordinators_[id] = std::make_unique<Coordinator>(context_, *jobs_, id, spec, request.spec, std::move(options));
+  spdlog::info("job {} (\"{}\"): submitted by {}, {} stages, {} steps", id, spec.name, caller.describe(),
+               spec.stages.size(), spec.steps);
   return {{"ok", true}, {"job", id}};
 }
 
-Json Daemon::cancel(const Json& request) {
-  const std::string id = request.at("job").get<std::string>();
-  if (jobs_->transition(id, JobState::Cancelled, "cancelled by request")) spdlog::info("job {}: cancel requested", id);
-  return {{"ok", true}, {"state", toString(jobs_->state(id))}};
+Json Daemon::cancel(const protocol::Cancel& request, const Caller& caller) {
+  checkOwner(request.job, caller, "cancelling");
+  if (jobs_->transition(request.job, JobState::Cancelled, "cancelled by " + caller.describe())) {
+    spdlog::info("job {}: cancel requested by {}", request.job, caller.describe());
+  }
+  return {{"ok", true}, {"state", toString(jobs_->state(request.job))}};
 }
 
 }  // namespace skytrain::daemon

@@ -5,12 +5,17 @@
 #include <zmq.hpp>
 
 #include <atomic>
+#include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "daemon/config.h"
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/messages.h"
+#include "daemon/security/access.h"
 
 namespace skytrain::daemon {
 
@@ -18,6 +23,7 @@ class Coordinator;
 class DataRouter;
 class JobTable;
 class StageHost;
+class ZapHandler;
 
 class Daemon {
  public:
@@ -30,19 +36,41 @@ class Daemon {
   void run();
   // Safe from any thread and from a signal handler.
   void stop() { stopping_ = true; }
+  // Reloads the authorized keys at the next turn of the control loop (SIGHUP). Safe from a
+  // signal handler.
+  void requestReload() { reloadRequested_ = true; }
+  // Called from the control loop about once a second while it runs (systemd's watchdog).
+  void setHeartbeat(std::function<void()> beat) { heartbeat_ = std::move(beat); }
+
+  // Answers one control message as it arrived (body bytes and the sender's ZAP User-Id);
+  // nullopt for one-way messages. Never throws: a failure is an error reply.
+  std::optional<std::string> answer(const zmq::message_t& body);
+
+  const SecurityCounters& counters() const { return counters_; }
 
   // Endpoints as peers reach them (wildcard hosts replaced, ephemeral ports resolved).
   const std::string& controlEndpoint() const { return controlEndpoint_; }
   const std::string& dataEndpoint() const { return dataEndpoint_; }
 
  private:
-  protocol::Json handle(const protocol::Json& request);
-  protocol::Json submit(const protocol::Json& request);
-  protocol::Json cancel(const protocol::Json& request);
+  protocol::Json handle(const protocol::Request& request, const Caller& caller);
+  protocol::Json submit(const protocol::Submit& request, const Caller& caller);
+  protocol::Json cancel(const protocol::Cancel& request, const Caller& caller);
+  protocol::Json ping(const Caller& caller) const;
+  void report(const protocol::StageReport& report, const Caller& caller);
+  // Throws unless the caller owns the job or is an admin.
+  void checkOwner(const std::string& job, const Caller& caller, const char* action);
+  // Counts and logs a refusal, and throws it as the reply.
+  [[noreturn]] void refuse(const Caller& caller, const std::string& what);
+  // Public keys of the job's stage daemons, from the spec or the known daemons.
+  std::vector<std::string> stageKeys(const protocol::JobSpec& spec) const;
   void reapCoordinators();
 
   DaemonConfig config_;
   zmq::context_t context_;
+  SecurityCounters counters_;
+  std::unique_ptr<AccessList> access_;
+  std::unique_ptr<ZapHandler> zap_;  // bound before any server socket
   zmq::socket_t control_;  // ROUTER; owned by the control thread (run)
   std::string controlEndpoint_;
   std::string dataEndpoint_;
@@ -51,6 +79,8 @@ class Daemon {
   std::unique_ptr<StageHost> stages_;
   std::map<std::string, std::unique_ptr<Coordinator>> coordinators_;  // control thread only
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> reloadRequested_{false};
+  std::function<void()> heartbeat_;
 };
 
 // The activation-stash budget a stage reports to the planner: memory_budget_mb, or half

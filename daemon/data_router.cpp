@@ -6,15 +6,19 @@
 #include <vector>
 
 #include "daemon/protocol/control.h"
+#include "daemon/security/zap_handler.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
 
 using compression::FrameDirection;
 
-DataRouter::DataRouter(zmq::context_t& context, const std::string& endpoint)
-    : socket_(context, zmq::socket_type::router) {
+DataRouter::DataRouter(zmq::context_t& context, const std::string& endpoint, const AccessList& access,
+                       SecurityCounters& counters, int64_t maxFrameBytes)
+    : socket_(context, zmq::socket_type::router), access_(access), counters_(counters) {
+  if (!access_.insecure()) applyCurveServer(socket_, access_.self());
   socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::maxmsgsize, maxFrameBytes);
   socket_.set(zmq::sockopt::rcvhwm, 0);  // the stage worker's schedule bounds what is in flight
   try {
     socket_.bind(endpoint);
@@ -35,14 +39,28 @@ void DataRouter::stop() {
 
 std::shared_ptr<Mailbox> DataRouter::open(uint64_t job, uint16_t stage) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& box = mailboxes_[{job, stage}];
-  if (!box) box = std::make_shared<Mailbox>();
-  return box;
+  auto& route = routes_[{job, stage}];
+  if (!route.mailbox) route.mailbox = std::make_shared<Mailbox>();
+  return route.mailbox;
+}
+
+void DataRouter::authorize(uint64_t job, uint16_t stage, const std::string& previousKey, const std::string& nextKey) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = routes_.find({job, stage});
+  if (it == routes_.end() || it->second.authorized) return;  // the neighbours are fixed once
+  it->second.authorized = true;
+  it->second.previousKey = previousKey;
+  it->second.nextKey = nextKey;
 }
 
 void DataRouter::close(uint64_t job, uint16_t stage) {
   std::lock_guard<std::mutex> lock(mutex_);
-  mailboxes_.erase({job, stage});
+  routes_.erase({job, stage});
+}
+
+void DataRouter::drop(const std::string& why) {
+  ++dropped_;
+  spdlog::warn("data: dropped {}", why);
 }
 
 void DataRouter::run() {
@@ -60,27 +78,40 @@ void DataRouter::run() {
 }
 
 void DataRouter::route(zmq::message_t& header, zmq::message_t& payload) {
+  const std::string sender = userIdOf(header);
   compression::TensorFrame frame;
   try {
     frame = compression::decodeFrame(header.data(), header.size(), payload.to_string());
   } catch (const WireError& e) {
-    ++dropped_;
-    spdlog::warn("data: dropped a malformed frame: {}", e.what());
+    drop(std::string("a malformed frame: ") + e.what());
     return;
   }
+  const bool upstream = compression::travelsUpstream(frame.direction);
   std::shared_ptr<Mailbox> box;
+  std::string expected;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = mailboxes_.find({frame.job, frame.stage});
-    if (it != mailboxes_.end()) box = it->second;
+    auto it = routes_.find({frame.job, frame.stage});
+    if (it != routes_.end() && it->second.authorized) {
+      box = it->second.mailbox;
+      expected = upstream ? it->second.nextKey : it->second.previousKey;
+    }
   }
+  char what[96];
+  std::snprintf(what, sizeof what, "a %s frame for job %016llx stage %u", compression::toString(frame.direction).c_str(),
+                static_cast<unsigned long long>(frame.job), static_cast<unsigned>(frame.stage));
   if (!box) {
-    ++dropped_;
-    spdlog::warn("data: dropped a {} frame for job {:016x} stage {}, which this daemon does not host",
-                 compression::toString(frame.direction), frame.job, frame.stage);
+    drop(std::string(what) + ", which this daemon does not host (or has not started)");
     return;
   }
-  (compression::travelsUpstream(frame.direction) ? box->fromNext : box->fromPrevious).push(std::move(frame));
+  if (!access_.insecure() && sender != expected) {
+    ++counters_.framesRefused;
+    const auto caller = access_.find(sender);
+    drop(std::string(what) + " from " + (caller ? caller->describe() : "key " + sender) +
+         ", which is not the neighbour assigned to that stage");
+    return;
+  }
+  (upstream ? box->fromNext : box->fromPrevious).push(std::move(frame));
 }
 
 }  // namespace skytrain::daemon

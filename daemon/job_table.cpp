@@ -76,6 +76,10 @@ void JobTable::load() {
       r.evals = doc.value("evals", std::vector<Json>{});
       r.plans = doc.value("plans", std::vector<Json>{});
       r.dryRun = doc.value("dry_run", false);
+      r.ownerKey = doc.value("owner_key", "");
+      r.ownerName = doc.value("owner", "");
+      r.stageKeys = doc.value("stage_keys", std::vector<std::string>(r.spec.stages.size()));
+      if (r.stageKeys.size() != r.spec.stages.size()) throw Error("stage_keys does not match the spec's stages");
       std::ifstream metrics(entry.path().string() + "/metrics.jsonl");
       for (std::string line; std::getline(metrics, line);) {
         if (!line.empty()) r.steps.push_back(Json::parse(line));
@@ -94,10 +98,16 @@ void JobTable::load() {
   spdlog::info("jobs: loaded {} job records from {}", records_.size(), stateDir_);
 }
 
-std::string JobTable::create(const protocol::JobSpec& spec, const std::string& specText, bool dryRun) {
+std::string JobTable::create(const protocol::JobSpec& spec, const std::string& specText,
+                             std::pair<std::string, std::string> owner, std::vector<std::string> stageKeys,
+                             bool dryRun) {
+  SKYTRAIN_CHECK(stageKeys.size() == spec.stages.size(), "one key per stage");
   std::lock_guard<std::mutex> lock(mutex_);
   Record r;
   r.dryRun = dryRun;
+  r.ownerKey = std::move(owner.first);
+  r.ownerName = std::move(owner.second);
+  r.stageKeys = std::move(stageKeys);
   do {
     r.id = newJobId();
   } while (records_.count(r.id));
@@ -126,9 +136,25 @@ JobState JobTable::state(const std::string& id) const {
   return find(id).state;
 }
 
+std::pair<std::string, std::string> JobTable::owner(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Record& r = find(id);
+  return {r.ownerKey, r.ownerName};
+}
+
+std::string JobTable::stageKey(const std::string& id, int stage) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Record& r = find(id);
+  if (stage < 0 || stage >= static_cast<int>(r.stageKeys.size())) {
+    throw WireError("job " + id + " has no stage " + std::to_string(stage));
+  }
+  return r.stageKeys[stage];
+}
+
 Json JobTable::header(const Record& r) const {
   return {{"id", r.id},
           {"name", r.spec.name},
+          {"owner", r.ownerName},
           {"state", toString(r.state)},
           {"error", r.error},
           {"steps_total", r.spec.steps},
@@ -202,10 +228,12 @@ Json JobTable::status(const std::string& id, size_t sinceStep) const {
   return job;
 }
 
-Json JobTable::list() const {
+Json JobTable::list(const std::optional<std::string>& owner) const {
   std::lock_guard<std::mutex> lock(mutex_);
   Json jobs = Json::array();
-  for (const auto& entry : records_) jobs.push_back(header(entry.second));
+  for (const auto& entry : records_) {
+    if (!owner || entry.second.ownerKey == *owner) jobs.push_back(header(entry.second));
+  }
   return jobs;
 }
 
@@ -222,35 +250,37 @@ bool JobTable::transition(const std::string& id, JobState state, const std::stri
   return true;
 }
 
-void JobTable::applyReport(const Json& report) {
-  const std::string id = report.at("job").get<std::string>();
-  const int stage = report.at("stage").get<int>();
-  const std::string kind = report.at("kind").get<std::string>();
+void JobTable::applyReport(const protocol::StageReport& report) {
+  using protocol::ReportKind;
   std::lock_guard<std::mutex> lock(mutex_);
-  Record& r = find(id);
-  if (stage < 0 || stage >= static_cast<int>(r.spec.stages.size())) {
-    throw WireError("report for job " + id + " names stage " + std::to_string(stage) + ", which does not exist");
+  Record& r = find(report.job);
+  const int stage = report.stage;
+  if (stage >= static_cast<int>(r.spec.stages.size())) {
+    throw WireError("report for job " + r.id + " names stage " + std::to_string(stage) + ", which does not exist");
   }
-  if (kind == "step") {
-    r.pending[report.at("step").get<int64_t>()][stage] = report;
-    completeSteps(r);
-  } else if (kind == "eval") {
-    r.evals.push_back({{"step", report.at("step")}, {"loss", report.at("loss")}});
-    persist(r);
-  } else if (kind == "profile") {
-    r.profiles[report.at("step").get<int64_t>()][stage] = report.at("profile");
-  } else if (kind == "done") {
-    ++r.stagesDone;
-  } else if (kind == "failed") {
-    if (!isTerminal(r.state)) {
-      r.state = JobState::Failed;
-      r.error = "stage " + std::to_string(stage) + " (" + r.spec.stages[stage].daemon +
-                "): " + report.value("error", "failed");
-      r.finishedAt = now();
+  switch (report.kind) {
+    case ReportKind::Step:
+      if (report.step < static_cast<int64_t>(r.steps.size()) || report.step >= r.spec.steps) {
+        throw WireError("report for job " + r.id + " step " + std::to_string(report.step) + " is out of order");
+      }
+      r.pending[report.step][stage] = protocol::toJson(report);
+      completeSteps(r);
+      break;
+    case ReportKind::Eval:
+      r.evals.push_back({{"step", report.step}, {"loss", *report.loss}});
       persist(r);
-    }
-  } else {
-    throw WireError("report kind \"" + kind + "\" is unknown");
+      break;
+    case ReportKind::Profile: r.profiles[report.step][stage] = report.profile; break;
+    case ReportKind::Done: r.stagesDone.insert(stage); break;
+    case ReportKind::Failed:
+      if (!isTerminal(r.state)) {
+        r.state = JobState::Failed;
+        r.error = "stage " + std::to_string(stage) + " (" + r.spec.stages[stage].daemon + "): " +
+                  (report.error.empty() ? "failed" : report.error);
+        r.finishedAt = now();
+        persist(r);
+      }
+      break;
   }
   ++r.version;
   changed_.notify_all();
@@ -279,7 +309,7 @@ void JobTable::completeSteps(Record& r) {
                 {"bytes_raw", raw},
                 {"micro_batches", reports.begin()->second.value("micro_batches", 0)},
                 {"compute_s", compute}};
-    appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump());
+    appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump(-1, ' ', false, Json::error_handler_t::replace));
     r.steps.push_back(std::move(row));
     r.pending.erase(r.pending.begin());
   }
@@ -295,7 +325,7 @@ void JobTable::waitForChange(const std::string& id, std::chrono::milliseconds ti
 bool JobTable::allStagesDone(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const Record& r = find(id);
-  return r.stagesDone == static_cast<int>(r.spec.stages.size());
+  return r.stagesDone.size() == r.spec.stages.size();
 }
 
 bool JobTable::dryRun(const std::string& id) const {
@@ -335,10 +365,12 @@ std::vector<Json> JobTable::steps(const std::string& id, size_t from) const {
 void JobTable::persist(const Record& r) const {
   Json doc = header(r);
   doc["spec"] = r.specText;
+  doc["owner_key"] = r.ownerKey;
+  doc["stage_keys"] = r.stageKeys;
   doc["evals"] = r.evals;
   doc["plans"] = r.plans;
   doc["summary"] = summary(r);
-  writeFileAtomic(jobDir(r.id) + "/record.json", doc.dump(2));
+  writeFileAtomic(jobDir(r.id) + "/record.json", doc.dump(2, ' ', false, Json::error_handler_t::replace));
 }
 
 }  // namespace skytrain::daemon

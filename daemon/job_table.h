@@ -11,10 +11,12 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/messages.h"
 
 namespace skytrain::daemon {
 
@@ -32,18 +34,27 @@ class JobTable {
   // stopped is marked failed, its metrics kept. Unreadable records are skipped (logged).
   void load();
 
-  std::string create(const protocol::JobSpec& spec, const std::string& specText, bool dryRun = false);
+  // owner: the submitting key and its name; stageKeys: the public key of each stage's
+  // daemon ("" when insecure), the only senders of that stage's reports.
+  std::string create(const protocol::JobSpec& spec, const std::string& specText,
+                     std::pair<std::string, std::string> owner, std::vector<std::string> stageKeys,
+                     bool dryRun = false);
   std::string jobDir(const std::string& id) const;
 
   // Throws skytrain::Error if the job is unknown.
   Json status(const std::string& id, size_t sinceStep) const;
-  Json list() const;
+  // Every job, or those of one owner key.
+  Json list(const std::optional<std::string>& owner) const;
   JobState state(const std::string& id) const;
+  // The job's owner (key, name) and a stage daemon's key; throw skytrain::Error if unknown.
+  std::pair<std::string, std::string> owner(const std::string& id) const;
+  std::string stageKey(const std::string& id, int stage) const;
 
   // Moves a job to `state` unless it is already terminal (then returns false).
   bool transition(const std::string& id, JobState state, const std::string& error = "");
-  // Applies a one-way stage.report message (step, eval, done or failed).
-  void applyReport(const Json& report);
+  // Applies a stage's report (step, eval, profile, done or failed); the caller has checked
+  // who sent it.
+  void applyReport(const protocol::StageReport& report);
 
   // Blocks until the job changes (a report, a transition) or timeout.
   void waitForChange(const std::string& id, std::chrono::milliseconds timeout);
@@ -64,9 +75,11 @@ class JobTable {
     std::string specText;
     JobState state = JobState::Preparing;
     std::string error;
+    std::string ownerKey, ownerName;
+    std::vector<std::string> stageKeys;
     double createdAt = 0;
     double finishedAt = 0;
-    int stagesDone = 0;
+    std::set<int> stagesDone;  // stages that reported done
     bool dryRun = false;
     uint64_t version = 0;  // bumped on every change, for waitForChange
     std::vector<Json> plans;  // each with from_step and reason; the last is in force

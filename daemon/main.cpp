@@ -14,8 +14,13 @@
 
 namespace {
 skytrain::daemon::Daemon* gDaemon = nullptr;
-void onSignal(int) {
-  if (gDaemon) gDaemon->stop();
+void onSignal(int signal) {
+  if (!gDaemon) return;
+  if (signal == SIGHUP) {
+    gDaemon->requestReload();
+  } else {
+    gDaemon->stop();
+  }
 }
 }  // namespace
 
@@ -48,6 +53,9 @@ int main(int argc, char** argv) {
     gDaemon = &daemon;
     std::signal(SIGTERM, onSignal);
     std::signal(SIGINT, onSignal);
+    std::signal(SIGHUP, onSignal);  // systemctl reload: the authorized keys are read again
+    // systemd's watchdog (WatchdogSec=) hears from the control loop only while it turns.
+    daemon.setHeartbeat([] { sd_notify(0, "WATCHDOG=1"); });
     sd_notify(0, "READY=1");
     daemon.run();
     sd_notify(0, "STOPPING=1");

@@ -7,8 +7,10 @@ namespace {
 
 class ZmqPeerLink : public PeerLink {
  public:
-  ZmqPeerLink(zmq::context_t& context, const std::string& remote, FrameQueue& inbound)
+  ZmqPeerLink(zmq::context_t& context, const std::string& remote, const protocol::ClientSecurity& security,
+              FrameQueue& inbound)
       : socket_(context, zmq::socket_type::dealer), remote_(remote), inbound_(inbound) {
+    protocol::applyClientSecurity(socket_, security);
     socket_.set(zmq::sockopt::linger, 1000);
     socket_.set(zmq::sockopt::sndhwm, 0);  // the schedule bounds frames in flight
     try {
@@ -42,8 +44,8 @@ class ZmqPeerLink : public PeerLink {
 }  // namespace
 
 std::unique_ptr<PeerLink> makeZmqPeerLink(zmq::context_t& context, const std::string& remoteData,
-                                          FrameQueue& inbound) {
-  return std::make_unique<ZmqPeerLink>(context, remoteData, inbound);
+                                          const protocol::ClientSecurity& security, FrameQueue& inbound) {
+  return std::make_unique<ZmqPeerLink>(context, remoteData, security, inbound);
 }
 
 }  // namespace skytrain::daemon

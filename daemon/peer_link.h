@@ -13,6 +13,7 @@
 
 #include "compression/tensor_frame.h"
 #include "daemon/mailbox.h"
+#include "daemon/protocol/control.h"
 
 namespace skytrain::daemon {
 
@@ -27,7 +28,8 @@ class PeerLink {
 
 // `remoteData` is the neighbour daemon's data endpoint; `inbound` the mailbox queue that
 // receives that neighbour's frames. Owned and used by one stage worker thread.
+// `security` authenticates this daemon to the neighbour's data endpoint (CURVE).
 std::unique_ptr<PeerLink> makeZmqPeerLink(zmq::context_t& context, const std::string& remoteData,
-                                          FrameQueue& inbound);
+                                          const protocol::ClientSecurity& security, FrameQueue& inbound);
 
 }  // namespace skytrain::daemon

@@ -14,6 +14,12 @@ namespace {
 
 using compression::FrameDirection;
 
+std::string describeShape(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 }  // namespace
 
 stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
@@ -121,7 +127,8 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
   const int b = spec_.batchSize / schedule_.microBatches;
   stages::TokenBatch batch;
   if (data_) batch = data_->trainBatch(step, microBatch * b, b);
-  const at::Tensor input = isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Forward, step, microBatch);
+  const at::Tensor input =
+      isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Forward, step, microBatch, boundaryShape(stage_, b));
   at::Tensor output;
   {
     Timed timed(computeSeconds_);
@@ -147,7 +154,8 @@ void PipelineRunner::backward(uint64_t step, int microBatch) {
     grad = lossGradients_.at(microBatch);
     lossGradients_.erase(microBatch);
   } else {
-    grad = receive(*next_, FrameDirection::Backward, step, microBatch);
+    grad = receive(*next_, FrameDirection::Backward, step, microBatch,
+                   boundaryShape(stage_ + 1, spec_.batchSize / schedule_.microBatches));
   }
   at::Tensor gradInput;
   {
@@ -168,7 +176,8 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
     const int count = std::min(b, samples - chunk * b);
     stages::TokenBatch batch;
     if (data_) batch = data_->validationBatch(chunk * b, count);
-    const at::Tensor input = isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Eval, step, chunk);
+    const at::Tensor input =
+        isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Eval, step, chunk, boundaryShape(stage_, count));
     const at::Tensor output = model_->infer(input);
     if (isLast()) {
       lossSum += torch::nn::functional::cross_entropy(
@@ -210,8 +219,19 @@ compression::TensorFrame PipelineRunner::awaitFrame(PeerLink& link, FrameDirecti
   }
 }
 
-at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uint64_t step, int microBatch) {
+std::vector<int64_t> PipelineRunner::boundaryShape(int stage, int64_t samples) const {
+  return stages::gptInputShape(gptConfig(spec_.model), spec_.stages[stage].firstLayer, samples);
+}
+
+at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uint64_t step, int microBatch,
+                                   const std::vector<int64_t>& expectedShape) {
   compression::TensorFrame frame = awaitFrame(link, direction, step, microBatch);
+  // Checked before decoding, so a decoder never allocates more than this stage expects.
+  if (frame.tensor.shape != expectedShape || frame.tensor.dtype != compression::WireDType::Float32) {
+    throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step) + " micro-batch " +
+                    std::to_string(microBatch) + " carries shape " + describeShape(frame.tensor.shape) +
+                    ", this stage expects float32 " + describeShape(expectedShape));
+  }
   Timed timed(computeSeconds_);
   return decoderFor(frame.tensor.codec).decode(frame.tensor);
 }

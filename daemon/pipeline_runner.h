@@ -89,7 +89,11 @@ class PipelineRunner {
  private:
   void forward(uint64_t step, int microBatch, double& lossSum);
   void backward(uint64_t step, int microBatch);
-  at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch);
+  // The next frame, checked to carry expectedShape (float32) before it is decoded.
+  at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch,
+                     const std::vector<int64_t>& expectedShape);
+  // Shape of what crosses into `stage` for `samples` sequences.
+  std::vector<int64_t> boundaryShape(int stage, int64_t samples) const;
   // A frame's header fields, addressed to `toStage`; the caller fills in the tensor.
   compression::TensorFrame frameFor(compression::FrameDirection direction, uint64_t step, int microBatch,
                                     uint16_t toStage) const;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/admission.h"
 #include "daemon/files.h"
 #include "scheduler/error.h"
 
@@ -14,76 +15,88 @@ uint64_t jobKey(const std::string& jobId) {
   return std::stoull(jobId, nullptr, 16);
 }
 
-StageHost::StageHost(zmq::context_t& context, DataRouter& router, std::string stateDir, std::string dataEndpoint,
-                     double memoryBudgetBytes)
-    : context_(context),
-      router_(router),
-      stateDir_(std::move(stateDir)),
-      dataEndpoint_(std::move(dataEndpoint)),
-      memoryBudgetBytes_(memoryBudgetBytes) {}
+StageHost::StageHost(zmq::context_t& context, DataRouter& router, StageHostOptions options)
+    : context_(context), router_(router), options_(std::move(options)) {}
 
 StageHost::~StageHost() {
   for (auto& entry : workers_) entry.second->abort();
   workers_.clear();
 }
 
-StageWorker& StageHost::find(const protocol::Json& request) {
-  const auto key = std::make_pair(request.at("job").get<std::string>(), request.at("stage").get<int>());
-  auto it = workers_.find(key);
+StageWorker& StageHost::find(const protocol::StageRef& ref, const std::string& caller) {
+  auto it = workers_.find({ref.job, ref.stage});
   if (it == workers_.end()) {
-    throw Error("stage " + std::to_string(key.second) + " of job " + key.first + " is not hosted here");
+    throw Error("stage " + std::to_string(ref.stage) + " of job " + ref.job + " is not hosted here");
+  }
+  if (it->second->assignment().coordinatorKey != caller) {
+    throw Error("refused: stage " + std::to_string(ref.stage) + " of job " + ref.job +
+                " takes requests only from its job's coordinator");
   }
   return *it->second;
 }
 
-protocol::Json StageHost::prepare(const protocol::Json& request) {
+protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const std::string& caller) {
   StageAssignment a;
-  a.jobId = request.at("job").get<std::string>();
+  a.jobId = request.job;
   a.jobKey = jobKey(a.jobId);
-  a.stage = request.at("stage").get<int>();
-  a.spec = protocol::parseJobSpec(request.at("spec").get<std::string>());
-  a.coordinator = request.at("coordinator").get<std::string>();
-  if (a.stage < 0 || a.stage >= static_cast<int>(a.spec.stages.size())) {
+  a.stage = request.stage;
+  a.spec = protocol::parseJobSpec(request.spec);
+  a.coordinator = request.coordinator;
+  a.coordinatorKey = caller;
+  a.self = options_.self;
+  a.prepareTimeoutS = options_.prepareTimeoutS;
+  if (a.stage >= static_cast<int>(a.spec.stages.size())) {
     throw Error("stage " + std::to_string(a.stage) + " is not in the job's spec");
   }
   const auto key = std::make_pair(a.jobId, a.stage);
   if (workers_.count(key)) throw Error("stage " + std::to_string(a.stage) + " of job " + a.jobId + " is already here");
-  a.jobDir = stateDir_ + "/jobs/" + a.jobId;
-  a.memoryBudgetBytes = memoryBudgetBytes_;
+  // Bounded input: data under the data roots, memory within the budget, before anything
+  // is allocated.
+  resolveDataFiles(a.spec, a.stage, options_.dataRoots);
+  const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage);
+  checkMemory(memory, a.stage, options_.memoryBudgetBytes);
+  a.memoryBudgetBytes = options_.memoryBudgetBytes - memory.fixedBytes();
+  a.jobDir = options_.stateDir + "/jobs/" + a.jobId;
   makeDirectories(a.jobDir);
   auto mailbox = router_.open(a.jobKey, static_cast<uint16_t>(a.stage));
-  spdlog::info("job {} stage {}: prepared (layers [{}, {}))", a.jobId, a.stage, a.spec.stages[a.stage].firstLayer,
-               a.spec.stages[a.stage].lastLayer);
+  spdlog::info("job {} stage {}: prepared (layers [{}, {})), estimated {}", a.jobId, a.stage,
+               a.spec.stages[a.stage].firstLayer, a.spec.stages[a.stage].lastLayer, memory.describe());
   workers_[key] = std::make_unique<StageWorker>(context_, std::move(a), std::move(mailbox));
-  return {{"ok", true}, {"data_endpoint", dataEndpoint_}};
+  return {{"ok", true}, {"data_endpoint", options_.dataEndpoint}};
 }
 
-protocol::Json StageHost::start(const protocol::Json& request) {
-  find(request).start(request.at("previous").get<std::string>(), request.at("next").get<std::string>());
+protocol::Json StageHost::start(const protocol::StageStart& request, const std::string& caller) {
+  StageWorker& worker = find(request, caller);
+  const auto& a = worker.assignment();
+  const bool first = a.stage == 0, last = a.stage + 1 == static_cast<int>(a.spec.stages.size());
+  if (first != request.previous.empty() || last != request.next.empty()) {
+    throw Error("stage.start: the neighbours given do not match stage " + std::to_string(a.stage) + " of " +
+                std::to_string(a.spec.stages.size()));
+  }
+  router_.authorize(a.jobKey, static_cast<uint16_t>(a.stage), request.previousKey, request.nextKey);
+  worker.start(request.previous, request.previousKey, request.next, request.nextKey);
   return {{"ok", true}};
 }
 
-protocol::Json StageHost::abort(const protocol::Json& request) {
-  auto it = workers_.find({request.at("job").get<std::string>(), request.at("stage").get<int>()});
-  if (it != workers_.end()) it->second->abort();  // idempotent: an unknown stage is already gone
-  return {{"ok", true}};
+protocol::Json StageHost::abort(const protocol::StageAbort& request, const std::string& caller) {
+  if (workers_.count({request.job, request.stage})) find(request, caller).abort();
+  return {{"ok", true}};  // idempotent: an unknown stage is already gone
 }
 
-protocol::Json StageHost::plan(const protocol::Json& request) {
+protocol::Json StageHost::plan(const protocol::StagePlan& request, const std::string& caller) {
   RunPlan plan;
-  plan.microBatches = request.at("micro_batches").get<int>();
-  const auto kind = scheduler::parseScheduleKind(request.at("schedule").get<std::string>());
-  if (!kind) throw Error("plan names an unknown schedule " + request.at("schedule").dump());
+  plan.microBatches = request.microBatches;
+  const auto kind = scheduler::parseScheduleKind(request.schedule);
+  if (!kind) throw Error("plan names an unknown schedule \"" + request.schedule + "\"");
   plan.schedule = *kind;
-  plan.warmups = request.at("warmups").get<std::vector<int>>();
-  find(request).deliverPlan(plan);
+  plan.warmups = request.warmups;
+  find(request, caller).deliverPlan(plan);
   return {{"ok", true}};
 }
 
-protocol::Json StageHost::profile(const protocol::Json& request) {
-  const int at = request.at("at_step").get<int>();
-  if (!find(request).requestProfile(at)) {
-    throw Error("stage " + request.at("stage").dump() + " has already begun step " + std::to_string(at));
+protocol::Json StageHost::profile(const protocol::StageProfile& request, const std::string& caller) {
+  if (!find(request, caller).requestProfile(static_cast<int>(request.atStep))) {
+    throw Error("stage " + std::to_string(request.stage) + " has already begun step " + std::to_string(request.atStep));
   }
   return {{"ok", true}};
 }

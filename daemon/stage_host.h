@@ -1,5 +1,6 @@
 // StageHost: the stages this daemon hosts, whatever daemon coordinates their jobs.
-// Handles stage.prepare / stage.start / stage.abort on the control thread.
+// Handles the stage.* requests on the control thread. A stage accepts them only from the
+// key that prepared it (its job's coordinator).
 #pragma once
 
 #include <zmq.hpp>
@@ -7,38 +8,48 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/data_router.h"
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/messages.h"
 #include "daemon/stage_worker.h"
 
 namespace skytrain::daemon {
 
+struct StageHostOptions {
+  std::string stateDir;
+  std::string dataEndpoint;         // as peers reach it
+  double memoryBudgetBytes = 0;     // per stage: weights, optimizer state, stash, data
+  std::vector<std::string> dataRoots;
+  double prepareTimeoutS = 60;      // a prepared stage not started by then is freed
+  protocol::KeyPair self;           // for the stage's own connections (empty when insecure)
+};
+
 class StageHost {
  public:
-  StageHost(zmq::context_t& context, DataRouter& router, std::string stateDir, std::string dataEndpoint,
-            double memoryBudgetBytes);
+  StageHost(zmq::context_t& context, DataRouter& router, StageHostOptions options);
   ~StageHost();
 
-  // Each returns the reply; bad requests throw skytrain::Error (answered as errors).
-  protocol::Json prepare(const protocol::Json& request);
-  protocol::Json start(const protocol::Json& request);
-  protocol::Json abort(const protocol::Json& request);
-  protocol::Json plan(const protocol::Json& request);
-  protocol::Json profile(const protocol::Json& request);
+  // Each returns the reply; bad or unauthorised requests throw skytrain::Error (answered
+  // as errors). `caller` is the sender's public key.
+  protocol::Json prepare(const protocol::StagePrepare& request, const std::string& caller);
+  protocol::Json start(const protocol::StageStart& request, const std::string& caller);
+  protocol::Json abort(const protocol::StageAbort& request, const std::string& caller);
+  protocol::Json plan(const protocol::StagePlan& request, const std::string& caller);
+  protocol::Json profile(const protocol::StageProfile& request, const std::string& caller);
 
   // Joins finished workers and closes their mailboxes.
   void reap();
   size_t active() const { return workers_.size(); }
 
  private:
-  StageWorker& find(const protocol::Json& request);
+  // The worker of (job, stage) if `caller` coordinates it; throws otherwise.
+  StageWorker& find(const protocol::StageRef& ref, const std::string& caller);
 
   zmq::context_t& context_;
   DataRouter& router_;
-  std::string stateDir_;
-  std::string dataEndpoint_;
-  double memoryBudgetBytes_;
+  StageHostOptions options_;
   std::map<std::pair<std::string, int>, std::unique_ptr<StageWorker>> workers_;  // (job, stage)
 };
 

@@ -7,6 +7,7 @@
 #include "daemon/files.h"
 #include "daemon/pipeline_runner.h"
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/messages.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -21,11 +22,15 @@ StageWorker::~StageWorker() {
   if (thread_.joinable()) thread_.join();
 }
 
-void StageWorker::start(const std::string& previousData, const std::string& nextData) {
+void StageWorker::start(const std::string& previousData, const std::string& previousKey, const std::string& nextData,
+                        const std::string& nextKey) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (started_) return;  // the neighbours are fixed once
     previousData_ = previousData;
+    previousKey_ = previousKey;
     nextData_ = nextData;
+    nextKey_ = nextKey;
     started_ = true;
   }
   startSignal_.notify_all();
@@ -76,59 +81,89 @@ RunPlan StageWorker::waitForPlan() {
 
 bool StageWorker::waitForStart() {
   std::unique_lock<std::mutex> lock(mutex_);
-  startSignal_.wait(lock, [this] { return started_ || aborted_; });
+  const auto timeout = std::chrono::duration<double>(assignment_.prepareTimeoutS);
+  if (!startSignal_.wait_for(lock, timeout, [this] { return started_ || aborted_; })) {
+    throw PeerError("prepared but not started within " + std::to_string(assignment_.prepareTimeoutS) +
+                    " s (prepare_timeout_s); freed");
+  }
   return !aborted_;
 }
 
 void StageWorker::run() {
   const auto& a = assignment_;
-  protocol::ControlClient coordinator(context_, a.coordinator);
-  auto report = [&](const std::string& kind, protocol::Json fields) {
-    fields["type"] = protocol::kStageReport;
-    fields["job"] = a.jobId;
-    fields["stage"] = a.stage;
-    fields["kind"] = kind;
-    coordinator.post(fields);
+  std::unique_ptr<protocol::ControlClient> coordinator;
+  try {
+    coordinator = std::make_unique<protocol::ControlClient>(context_, a.coordinator,
+                                                            protocol::ClientSecurity{a.self, a.coordinatorKey});
+  } catch (const std::exception& e) {
+    spdlog::error("job {} stage {}: cannot reach the coordinator at {}: {}", a.jobId, a.stage, a.coordinator, e.what());
+    finished_ = true;
+    return;
+  }
+  auto report = [&](protocol::StageReport message) {
+    message.job = a.jobId;
+    message.stage = a.stage;
+    try {
+      coordinator->post(protocol::toJson(message));
+    } catch (const std::exception& e) {
+      spdlog::warn("job {} stage {}: report not sent: {}", a.jobId, a.stage, e.what());
+    }
+  };
+  auto simple = [](protocol::ReportKind kind, int64_t step) {
+    protocol::StageReport message;
+    message.kind = kind;
+    message.step = step;
+    return message;
   };
   try {
     PipelineRunner runner(a.spec, a.stage, a.jobKey, a.memoryBudgetBytes);
     runner.setAbortCheck([this] { return aborted_.load(); });
     if (!waitForStart()) throw Aborted{};
-    runner.connect(runner.isFirst() ? nullptr : makeZmqPeerLink(context_, previousData_, mailbox_->fromPrevious),
-                   runner.isLast() ? nullptr : makeZmqPeerLink(context_, nextData_, mailbox_->fromNext));
+    runner.connect(runner.isFirst() ? nullptr
+                                    : makeZmqPeerLink(context_, previousData_, {a.self, previousKey_}, mailbox_->fromPrevious),
+                   runner.isLast() ? nullptr : makeZmqPeerLink(context_, nextData_, {a.self, nextKey_}, mailbox_->fromNext));
     spdlog::info("job {} stage {}: running {} steps", a.jobId, a.stage, a.spec.steps);
     const int steps = a.spec.steps;
     for (int step = 0; step < steps; ++step) {
       if (aborted_) throw Aborted{};
       if (profileDue(step)) {
-        report("profile", {{"step", step}, {"profile", runner.profile(static_cast<uint64_t>(step))}});
+        auto message = simple(protocol::ReportKind::Profile, step);
+        message.profile = runner.profile(static_cast<uint64_t>(step));
+        report(std::move(message));
         const RunPlan plan = waitForPlan();
         runner.setPlan(plan);
         spdlog::info("job {} stage {}: from step {}: m={} {}", a.jobId, a.stage, step, plan.microBatches,
                      scheduler::toString(plan.schedule));
       }
       const StepStats stats = runner.runStep(static_cast<uint64_t>(step));
-      report("step", {{"step", step},
-                      {"loss", std::isnan(stats.loss) ? protocol::Json(nullptr) : protocol::Json(stats.loss)},
-                      {"step_s", stats.stepSeconds},
-                      {"compute_s", stats.computeSeconds},
-                      {"bytes_sent", stats.bytesSent},
-                      {"micro_batches", runner.microBatches()},
-                      {"bytes_raw", stats.bytesRaw}});
+      auto message = simple(protocol::ReportKind::Step, step);
+      if (!std::isnan(stats.loss)) message.loss = stats.loss;
+      message.stepSeconds = stats.stepSeconds;
+      message.computeSeconds = stats.computeSeconds;
+      message.bytesSent = static_cast<double>(stats.bytesSent);
+      message.bytesRaw = static_cast<double>(stats.bytesRaw);
+      message.microBatches = runner.microBatches();
+      report(std::move(message));
       const bool last = step + 1 == steps;
       const int interval = a.spec.eval.interval;
       if (last || (interval > 0 && (step + 1) % interval == 0)) {
-        if (auto loss = runner.runEval(static_cast<uint64_t>(step))) report("eval", {{"step", step}, {"loss", *loss}});
+        if (auto loss = runner.runEval(static_cast<uint64_t>(step))) {
+          auto eval = simple(protocol::ReportKind::Eval, step);
+          eval.loss = *loss;
+          report(std::move(eval));
+        }
       }
     }
     writeFileAtomic(a.jobDir + "/stage-" + std::to_string(a.stage) + ".pt", runner.serializedState());
-    report("done", protocol::Json::object());
+    report(simple(protocol::ReportKind::Done, steps));
     spdlog::info("job {} stage {}: done", a.jobId, a.stage);
   } catch (const Aborted&) {
     spdlog::info("job {} stage {}: aborted", a.jobId, a.stage);
   } catch (const std::exception& e) {
     spdlog::error("job {} stage {}: failed: {}", a.jobId, a.stage, e.what());
-    report("failed", {{"error", e.what()}});
+    auto failed = simple(protocol::ReportKind::Failed, 0);
+    failed.error = std::string(e.what()).substr(0, protocol::kMaxErrorLength);
+    report(std::move(failed));
   }
   finished_ = true;
 }

@@ -16,6 +16,7 @@
 #include "daemon/mailbox.h"
 #include "daemon/pipeline_runner.h"
 #include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/keys.h"
 
 namespace skytrain::daemon {
 
@@ -25,6 +26,9 @@ struct StageAssignment {
   int stage = 0;
   protocol::JobSpec spec;
   std::string coordinator;  // control endpoint that receives stage.report messages
+  std::string coordinatorKey;  // the key that prepared the stage: the only one it obeys
+  protocol::KeyPair self;      // this daemon's keys, for the stage's connections
+  double prepareTimeoutS = 60;  // freed when not started by then
   std::string jobDir;       // where this stage writes its weights
   double memoryBudgetBytes = 0;  // for the activation stash, reported to the planner
 };
@@ -35,8 +39,10 @@ class StageWorker {
   StageWorker(zmq::context_t& context, StageAssignment assignment, std::shared_ptr<Mailbox> mailbox);
   ~StageWorker();  // aborts and joins
 
-  // Gives the neighbours' data endpoints ("" at the pipeline's ends) and lets the run begin.
-  void start(const std::string& previousData, const std::string& nextData);
+  // Gives the neighbours' data endpoints ("" at the pipeline's ends) and their daemons'
+  // public keys, and lets the run begin.
+  void start(const std::string& previousData, const std::string& previousKey, const std::string& nextData,
+             const std::string& nextKey);
   void abort();
   bool finished() const { return finished_.load(); }
 
@@ -61,8 +67,8 @@ class StageWorker {
   std::optional<RunPlan> plan_;
   int currentStep_ = -1;
   int profileAt_ = 0;  // the step before which to profile; -1: none due
-  std::string previousData_;
-  std::string nextData_;
+  std::string previousData_, previousKey_;
+  std::string nextData_, nextKey_;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> finished_{false};
   std::thread thread_;  // owns the stage, its optimizer, data and sockets

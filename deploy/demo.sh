@@ -15,6 +15,11 @@ deploy/get-corpus.sh "$corpus"
 
 source deploy/local-daemons.sh
 trap stop_daemons EXIT
+# Keys as in production: a key pair per daemon and for the user, each daemon admitting the
+# others (authorized_keys) and knowing them by endpoint (known_daemons).
+rm -rf "$demo/keys"
+data_root=$root/build/data
+make_keys "$demo/keys" build/client/skytrain 2
 # Stage 0 on 7100/7101, stage 1 on 7200/7201, as if in two clouds.
 for i in 0 1; do
   port=$((7100 + 100 * i))

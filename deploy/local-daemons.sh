@@ -1,19 +1,50 @@
 # Sourced by the scripts that run skytraind daemons on this machine (demo, bench, tests).
-#   start_daemon VAR BINARY DIR [CONTROL DATA]   starts one with its state in DIR (default
-#       endpoints: ephemeral loopback ports), waits until it serves, appends its pid to
-#       $daemon_pids and sets VAR to its control endpoint; exits 1 with its log if it does
-#       not start. (No $(...): a subshell would lose the pid.)
+# Every daemon runs with CURVE keys, as in production:
+#   make_keys DIR CLI N   writes keys for N daemons (daemon0..), a client "user" and an
+#       admin "admin" under DIR, an authorized_keys file admitting them all and an empty
+#       known_daemons file; exports SKYTRAIN_KEY (the client) and SKYTRAIN_KNOWN_DAEMONS.
+#   start_daemon VAR BINARY DIR [CONTROL DATA]   starts the next daemon (key daemon<k>, k
+#       counting calls) with its state in DIR (default endpoints: ephemeral loopback ports)
+#       and data_roots $data_root, waits until it serves, records its endpoint and public
+#       key in known_daemons, appends its pid to $daemon_pids and sets VAR to its control
+#       endpoint; exits 1 with its log if it does not start. (No $(...): a subshell would
+#       lose the pid.)
 #   stop_daemons                             stops every daemon started so far
 daemon_pids=()
+key_dir=
+data_root=${data_root:-/}
+daemons_started=0
+
+make_keys() {
+  local dir=$1 cli=$2 n=$3
+  key_dir=$dir
+  mkdir -p "$dir"
+  : > "$dir/authorized_keys"
+  : > "$dir/known_daemons"
+  local i
+  for i in $(seq 0 $((n - 1))); do
+    "$cli" keygen "daemon$i" --dir "$dir" > /dev/null
+    echo "$(cut -d' ' -f1 "$dir/daemon$i.pub") daemon daemon$i" >> "$dir/authorized_keys"
+  done
+  "$cli" keygen user --dir "$dir" > /dev/null
+  "$cli" keygen admin --dir "$dir" > /dev/null
+  echo "$(cut -d' ' -f1 "$dir/user.pub") client user" >> "$dir/authorized_keys"
+  echo "$(cut -d' ' -f1 "$dir/admin.pub") admin admin" >> "$dir/authorized_keys"
+  export SKYTRAIN_KEY=$dir/user.key SKYTRAIN_KNOWN_DAEMONS=$dir/known_daemons
+}
 
 start_daemon() {
   local var=$1 binary=$2 dir=$3 control=${4:-tcp://127.0.0.1:*} data=${5:-tcp://127.0.0.1:*}
+  [ -n "$key_dir" ] || { echo "start_daemon: call make_keys first" >&2; exit 1; }
   mkdir -p "$dir"
   rm -f "$dir/endpoints.json"
   cat > "$dir/config.json" <<JSON
 {"control_endpoint": "$control", "data_endpoint": "$data",
- "state_dir": "$dir", "insecure": true, "torch_threads": 1}
+ "secret_key_file": "$key_dir/daemon$daemons_started.key", "authorized_keys": "$key_dir/authorized_keys",
+ "known_daemons": "$key_dir/known_daemons", "data_roots": ["$data_root"],
+ "state_dir": "$dir", "torch_threads": 1}
 JSON
+  daemons_started=$((daemons_started + 1))
   "$binary" --config "$dir/config.json" > "$dir/daemon.log" 2>&1 &
   daemon_pids+=($!)
   for _ in $(seq 100); do [ -s "$dir/endpoints.json" ] && break; sleep 0.1; done
@@ -22,7 +53,10 @@ JSON
     echo "skytraind in $dir did not start" >&2
     exit 1
   fi
-  printf -v "$var" '%s' "$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['control'])" "$dir/endpoints.json")"
+  local line
+  line=$(python3 -c "import json, sys; e = json.load(open(sys.argv[1])); print(e['control'], e['public_key'])" "$dir/endpoints.json")
+  echo "$line" >> "$key_dir/known_daemons"
+  printf -v "$var" '%s' "${line%% *}"
 }
 
 stop_daemons() {

@@ -1,5 +1,7 @@
 #include "daemon/protocol/control.h"
 
+#include "daemon/protocol/handshake_monitor.h"
+#include "daemon/protocol/json_reader.h"
 #include "scheduler/error.h"
 
 namespace skytrain::protocol {
@@ -24,22 +26,48 @@ Json parseControlMessage(const void* data, size_t size) {
   if (size > kMaxControlMessageBytes) {
     throw WireError("control message of " + std::to_string(size) + " bytes exceeds the limit");
   }
-  const auto* text = static_cast<const char*>(data);
-  Json message = Json::parse(text, text + size, nullptr, /*allow_exceptions=*/false);
-  if (message.is_discarded() || !message.is_object()) throw WireError("control message is not a JSON object");
+  Json message;
+  try {
+    message = parseBoundedJson(std::string(static_cast<const char*>(data), size), kMaxControlMessageBytes,
+                               kMaxControlDepth);
+  } catch (const SpecError& e) {
+    throw WireError(std::string("control message: ") + e.what());
+  }
+  if (!message.is_object()) throw WireError("control message is not a JSON object");
   return message;
 }
 
-ControlClient::ControlClient(zmq::context_t& context, std::string endpoint)
-    : context_(context), endpoint_(std::move(endpoint)) {
+std::string toText(const Json& message) { return message.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+void applyClientSecurity(zmq::socket_t& socket, const ClientSecurity& security) {
+  if (!security.curve()) return;
+  if (!isZ85Key(security.self.secretKey) || !isZ85Key(security.self.publicKey)) {
+    throw Error("a CURVE connection needs this side's key pair (--key, $SKYTRAIN_KEY or secret_key_file)");
+  }
+  if (!isZ85Key(security.serverKey)) throw Error("the server key \"" + security.serverKey.substr(0, 48) + "\" is not a Z85 key");
+  socket.set(zmq::sockopt::curve_serverkey, security.serverKey);
+  socket.set(zmq::sockopt::curve_publickey, security.self.publicKey);
+  socket.set(zmq::sockopt::curve_secretkey, security.self.secretKey);
+}
+
+ControlClient::ControlClient(zmq::context_t& context, std::string endpoint, ClientSecurity security)
+    : context_(context), endpoint_(std::move(endpoint)), security_(std::move(security)) {
   connect();
 }
 
+ControlClient::~ControlClient() {
+  monitor_.reset();
+  socket_.reset();
+}
+
 void ControlClient::connect() {
+  monitor_.reset();
   socket_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   socket_->set(zmq::sockopt::linger, 2000);
   socket_->set(zmq::sockopt::reconnect_ivl, 100);
-  socket_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxControlMessageBytes));
+  socket_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kControlSocketLimit));
+  applyClientSecurity(*socket_, security_);
+  monitor_ = std::make_unique<HandshakeMonitor>(context_, *socket_, endpoint_, security_);
   try {
     socket_->connect(endpoint_);
   } catch (const zmq::error_t& e) {
@@ -48,7 +76,11 @@ void ControlClient::connect() {
 }
 
 void ControlClient::post(const Json& message) {
-  const std::string body = message.dump();
+  const std::string body = toText(message);
+  if (body.size() > kMaxControlMessageBytes) {
+    throw Error("request of " + std::to_string(body.size()) + " bytes exceeds the control message limit of " +
+                std::to_string(kMaxControlMessageBytes) + " bytes");
+  }
   socket_->send(zmq::buffer(body), zmq::send_flags::none);
 }
 
@@ -59,8 +91,24 @@ Json ControlClient::request(Json message, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || !waitReadable(*socket_, left)) {
-      if (std::chrono::steady_clock::now() < deadline) continue;  // interrupted by a signal
+    if (auto failure = monitor_->failure()) {
+      socket_->set(zmq::sockopt::linger, 0);
+      connect();
+      throw PeerError(*failure);
+    }
+    zmq::pollitem_t items[] = {{static_cast<void*>(*socket_), 0, ZMQ_POLLIN, 0},
+                               {static_cast<void*>(monitor_->events()), 0, ZMQ_POLLIN, 0}};
+    bool readable = false;
+    if (left.count() > 0) {
+      try {
+        zmq::poll(items, 2, std::min(left, std::chrono::milliseconds(100)));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+      }
+      readable = items[0].revents & ZMQ_POLLIN;
+    }
+    if (!readable) {
+      if (std::chrono::steady_clock::now() < deadline) continue;
       socket_->set(zmq::sockopt::linger, 0);
       connect();
       throw PeerError("no reply from " + endpoint_ + " to \"" + message.value("type", "?") + "\" within " +

@@ -1,6 +1,7 @@
 #include "daemon/protocol/job_spec.h"
 
 #include "daemon/protocol/json_reader.h"
+#include "daemon/protocol/keys.h"
 #include "scheduler/error.h"
 
 namespace skytrain::protocol {
@@ -90,6 +91,10 @@ StageSpec parseStage(ObjectReader r, int modelLayers) {
   s.daemon = r.string("daemon", std::nullopt);
   if (s.daemon.rfind("tcp://", 0) != 0 && s.daemon.rfind("ipc://", 0) != 0) {
     throw SpecError(r.pathOf("daemon"), "\"" + s.daemon + "\" is not a tcp:// or ipc:// endpoint");
+  }
+  s.key = r.string("key", "");
+  if (!s.key.empty() && !isZ85Key(s.key)) {
+    throw SpecError(r.pathOf("key"), describe(json(s.key)) + " is not a 40-character Z85 public key");
   }
   const json* layers = r.child("layers", true);
   const std::string path = r.pathOf("layers");

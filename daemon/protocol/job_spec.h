@@ -11,6 +11,7 @@ namespace skytrain::protocol {
 
 struct StageSpec {
   std::string daemon;  // control endpoint of the daemon hosting the stage
+  std::string key;     // its CURVE public key (Z85); empty: from the known daemons
   int firstLayer = 0;  // blocks [firstLayer, lastLayer)
   int lastLayer = 0;
 };

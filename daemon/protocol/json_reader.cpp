@@ -1,30 +1,93 @@
 #include "daemon/protocol/json_reader.h"
 
+#include <set>
+#include <vector>
+
 #include "scheduler/error.h"
 
 namespace skytrain::protocol {
 
 using nlohmann::json;
 
+namespace {
+
+// Tracks where the parser is, so a duplicate key is refused with its JSON path.
+class PathTracker {
+ public:
+  explicit PathTracker(int maxDepth) : maxDepth_(maxDepth) {}
+
+  bool onEvent(int depth, json::parse_event_t event, const json& parsed) {
+    using E = json::parse_event_t;
+    if (depth > maxDepth_) throw SpecError("$", "nested deeper than " + std::to_string(maxDepth_) + " levels");
+    switch (event) {
+      case E::object_start: frames_.push_back({false, 0, "", {}}); break;
+      case E::array_start: frames_.push_back({true, 0, "", {}}); break;
+      case E::key: {
+        Frame& f = frames_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second) throw SpecError(path(), "duplicate key");
+        break;
+      }
+      case E::object_end:
+      case E::array_end:
+        frames_.pop_back();
+        elementDone();
+        break;
+      case E::value: elementDone(); break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool array;
+    size_t index;
+    std::string key;
+    std::set<std::string> keys;
+  };
+
+  void elementDone() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+  }
+
+  std::string path() const {
+    std::string out = "$";
+    for (const Frame& f : frames_) {
+      out += f.array ? "[" + std::to_string(f.index) + "]" : "." + f.key;
+    }
+    return out;
+  }
+
+  int maxDepth_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
 json parseBoundedJson(const std::string& text, size_t maxBytes, int maxDepth) {
   if (text.size() > maxBytes) {
     throw SpecError("$", "document is " + std::to_string(text.size()) + " bytes, the limit is " +
                              std::to_string(maxBytes));
   }
-  json::parser_callback_t depthCheck = [maxDepth](int depth, json::parse_event_t, json&) {
-    if (depth > maxDepth) throw SpecError("$", "nested deeper than " + std::to_string(maxDepth) + " levels");
-    return true;
+  PathTracker tracker(maxDepth);
+  json::parser_callback_t callback = [&tracker](int depth, json::parse_event_t event, json& parsed) {
+    return tracker.onEvent(depth, event, parsed);
   };
   try {
-    return json::parse(text, depthCheck);
+    return json::parse(text, callback);
   } catch (const json::parse_error& e) {
     throw SpecError("$", std::string("not valid JSON: ") + e.what());
   }
 }
 
 std::string describe(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 60) {
+    size_t cut = 57;
+    // Never cut inside a UTF-8 sequence: back up over continuation bytes.
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    text = text.substr(0, cut) + "...";
+  }
   return text;
 }
 

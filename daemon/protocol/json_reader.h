@@ -13,10 +13,10 @@
 namespace skytrain::protocol {
 
 // Parses text as JSON; refuses inputs over maxBytes or nested deeper than maxDepth with
-// skytrain::SpecError at path "$".
+// skytrain::SpecError at path "$", and a key given twice in one object at its own path.
 nlohmann::json parseBoundedJson(const std::string& text, size_t maxBytes, int maxDepth);
 
-// Short rendering of a JSON value for error messages.
+// Short rendering of a JSON value for error messages; always valid UTF-8.
 std::string describe(const nlohmann::json& value);
 
 class ObjectReader {

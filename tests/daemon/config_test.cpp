@@ -8,7 +8,10 @@
 using namespace skytrain::daemon;
 
 TEST_CASE("a daemon config parses, with defaults") {
-  const auto c = parseDaemonConfig(R"({"insecure": true, "state_dir": "/tmp/s", "torch_threads": 2})");
+  const auto c = parseDaemonConfig(R"({"secret_key_file": "/k", "authorized_keys": "/a", "state_dir": "/tmp/s",
+                                       "torch_threads": 2})");
+  CHECK(c.secretKeyFile == "/k");
+  CHECK(c.prepareTimeoutS == 60);
   CHECK(c.controlEndpoint == "tcp://0.0.0.0:7100");
   CHECK(c.dataEndpoint == "tcp://0.0.0.0:7101");
   CHECK(c.stateDir == "/tmp/s");
@@ -19,8 +22,30 @@ TEST_CASE("bad daemon configs name the field") {
   CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true, "ports": 3})"), Catch::Contains("$.ports"));
   CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true, "log_level": "loud"})"), Catch::Contains("$.log_level"));
   // Without CURVE keys a daemon must be told explicitly that it runs unencrypted.
-  CHECK_THROWS_WITH(parseDaemonConfig(R"({})"), Catch::Contains("$.insecure"));
+  CHECK_THROWS_WITH(parseDaemonConfig(R"({})"), Catch::Contains("$.secret_key_file"));
+  CHECK_THROWS_WITH(parseDaemonConfig(R"({"secret_key_file": "/k"})"), Catch::Contains("$.authorized_keys"));
   CHECK_THROWS_WITH(loadDaemonConfig("/nonexistent/skytraind.json"), Catch::Contains("/nonexistent/skytraind.json"));
+}
+
+TEST_CASE("an insecure daemon binds loopback only") {
+  // The example config's wildcard endpoints are refused with the reason.
+  CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true})"),
+                    Catch::Contains("$.control_endpoint") && Catch::Contains("loopback"));
+  CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true, "control_endpoint": "tcp://127.0.0.1:1",
+                                          "data_endpoint": "tcp://10.0.0.1:2"})"),
+                    Catch::Contains("$.data_endpoint"));
+  CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true, "control_endpoint": "tcp://127.0.0.1:1",
+                                          "data_endpoint": "tcp://127.0.0.1:2", "advertise_data_endpoint": "tcp://h:3"})"),
+                    Catch::Contains("$.advertise_data_endpoint"));
+  const auto c = parseDaemonConfig(R"({"insecure": true, "control_endpoint": "tcp://127.0.0.1:*",
+                                       "data_endpoint": "ipc:///tmp/d", "state_dir": "/tmp/s"})");
+  CHECK(c.insecure);
+  REQUIRE(c.dataRoots.size() == 1);
+  CHECK(c.dataRoots[0] == "/tmp/s/data");
+  // Keys and insecure at once is a contradiction, not a choice the daemon makes silently.
+  CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true, "control_endpoint": "tcp://127.0.0.1:*",
+                                          "data_endpoint": "tcp://127.0.0.1:*", "secret_key_file": "/k"})"),
+                    Catch::Contains("choose one"));
 }
 
 TEST_CASE("wildcard endpoints are advertised under a reachable host") {

@@ -10,6 +10,8 @@ cleanup() { stop_daemons; rm -rf "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+data_root=$(dirname "$corpus")
+make_keys "$work/keys" "$cli" 2
 start_daemon A "$daemon" "$work/a"
 start_daemon B "$daemon" "$work/b"
 [ "${#daemon_pids[@]}" -eq 2 ] || fail "expected two daemon pids"
@@ -55,10 +57,14 @@ expect_refused "overlapping layers" 2 '$.stages[1].layers' "overlaps" -- "$(spec
 expect_refused "gap in layers" 2 '$.stages[1].layers' "gap" -- "$(spec 's["stages"][1]["layers"] = [3, 4]')"
 expect_refused "unknown codec" 2 '$.compression.forward' "valid: bf16, ef, fp16" -- "$(spec 's["compression"] = {"forward": "zstd"}')"
 expect_refused "not JSON" 2 "not valid JSON" -- "$(echo '{"steps": ' > "$work/broken.json"; echo "$work/broken.json")"
-expect_refused "unreachable stage daemon" 1 "stage 1 (tcp://127.0.0.1:9)" "no reply" -- \
+some_key=$(cut -d' ' -f1 "$work/keys/admin.pub")
+expect_refused "stage daemon of unknown key" 2 '$.stages[1].key' "no public key is known for daemon tcp://127.0.0.1:9" -- \
   "$(spec 's["stages"][1]["daemon"] = "tcp://127.0.0.1:9"')"
+expect_refused "unreachable stage daemon" 1 "stage 1 (tcp://127.0.0.1:9)" "no reply" -- \
+  "$(spec 's["stages"][1]["daemon"] = "tcp://127.0.0.1:9"' "s['stages'][1]['key'] = '$some_key'")"
 expect_refused "missing data file" 1 "/nonexistent/corpus.txt" -- "$(spec 's["data"]["files"] = ["/nonexistent/corpus.txt"]')"
-SKYTRAIN_DAEMON=tcp://127.0.0.1:9 expect_refused "unreachable coordinator" 2 "no reply from tcp://127.0.0.1:9" -- "$(spec)"
+SKYTRAIN_DAEMON=tcp://127.0.0.1:9 expect_refused "coordinator of unknown key" 2 "no public key is known for daemon tcp://127.0.0.1:9" -- "$(spec)"
+SKYTRAIN_DAEMON=tcp://127.0.0.1:9 SKYTRAIN_DAEMON_KEY=$some_key expect_refused "unreachable coordinator" 2 "no reply from tcp://127.0.0.1:9" -- "$(spec)"
 
 for p in "${daemon_pids[@]}"; do kill -0 "$p" || fail "a daemon died on bad input"; done
 

@@ -1,0 +1,97 @@
+#include "daemon/admission.h"
+
+#include <filesystem>
+
+#include "daemon/pipeline_runner.h"
+#include "scheduler/error.h"
+#include "stages/gpt.h"
+
+namespace skytrain::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string megabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+
+bool under(const fs::path& path, const fs::path& root) {
+  auto p = path.begin();
+  for (auto r = root.begin(); r != root.end(); ++r, ++p) {
+    if (r->empty()) continue;  // a trailing separator
+    if (p == path.end() || *p != *r) return false;
+  }
+  return true;
+}
+
+std::string resolve(const std::string& file, const std::string& field, const std::vector<std::string>& roots) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(file, ec);
+  if (ec) throw SpecError(field, "\"" + file + "\" cannot be resolved: " + ec.message());
+  bool allowed = false;
+  std::string listed;
+  for (const auto& root : roots) {
+    const fs::path canonicalRoot = fs::weakly_canonical(root, ec);
+    allowed = allowed || (!ec && under(real, canonicalRoot));
+    listed += (listed.empty() ? "" : ", ") + root;
+  }
+  if (!allowed) {
+    throw SpecError(field, "\"" + file + "\" (resolved: \"" + real.string() + "\") is not under this daemon's data_roots (" +
+                               listed + ")");
+  }
+  if (!fs::is_regular_file(real, ec)) throw SpecError(field, "\"" + file + "\" is not a regular file");
+  return real.string();
+}
+
+bool readsData(const protocol::JobSpec& spec, int stage) {
+  return stage == 0 || stage + 1 == static_cast<int>(spec.stages.size());
+}
+
+}  // namespace
+
+std::string MemoryEstimate::describe() const {
+  return megabytes(totalBytes()) + " (weights " + megabytes(weightBytes) + ", gradients and AdamW state " +
+         megabytes(optimizerBytes) + ", activation stash " + megabytes(stashBytes) + " at micro-batch " +
+         std::to_string(stashSamples) + ", data " + megabytes(dataBytes) + ")";
+}
+
+void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std::string>& roots) {
+  if (!readsData(spec, stage)) return;
+  for (size_t i = 0; i < spec.data.files.size(); ++i) {
+    spec.data.files[i] = resolve(spec.data.files[i], "$.data.files[" + std::to_string(i) + "]", roots);
+  }
+  if (!spec.data.sentencepieceModel.empty()) {
+    spec.data.sentencepieceModel = resolve(spec.data.sentencepieceModel, "$.data.sentencepiece_model", roots);
+  }
+}
+
+MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
+  const stages::GptConfig config = gptConfig(spec.model);
+  const auto& range = spec.stages.at(stage);
+  MemoryEstimate m;
+  const double parameters = static_cast<double>(stages::gptParameterCount(config, range.firstLayer, range.lastLayer));
+  m.weightBytes = 4 * parameters;
+  m.optimizerBytes = 12 * parameters;  // gradient, exp_avg, exp_avg_sq
+  // With m chosen by the planner the smallest micro-batch is one sample; a fixed m fixes it.
+  m.stashSamples = spec.microBatches > 0 ? spec.batchSize / spec.microBatches : 1;
+  m.stashBytes = stages::gptStashBytesPerSample(config, range.firstLayer, range.lastLayer) * m.stashSamples;
+  if (readsData(spec, stage)) {
+    std::error_code ec;
+    for (const auto& file : spec.data.files) {
+      const auto size = std::filesystem::file_size(file, ec);
+      // The text, its tokens (int32) and their train/validation copies.
+      if (!ec) m.dataBytes += 9.0 * static_cast<double>(size);
+    }
+  }
+  return m;
+}
+
+void checkMemory(const MemoryEstimate& estimate, int stage, double budgetBytes) {
+  if (estimate.totalBytes() <= budgetBytes) return;
+  throw Error("stage " + std::to_string(stage) + " needs an estimated " + estimate.describe() +
+              ", over this daemon's memory budget of " + megabytes(budgetBytes) + " (memory_budget_mb)");
+}
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,219 @@
+#include "daemon/protocol/keys.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "scheduler/error.h"
+
+namespace skytrain::protocol {
+namespace {
+
+// The lines of a key file with comments and blank lines removed, each split into words,
+// with its 1-based line number.
+std::vector<std::pair<int, std::vector<std::string>>> wordLines(const std::string& text) {
+  std::vector<std::pair<int, std::vector<std::string>>> out;
+  std::istringstream in(text);
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    // Only whole lines are comments: '#' is a Z85 digit, so it may appear inside a key.
+    if (const auto first = line.find_first_not_of(" \t"); first != std::string::npos && line[first] == '#') continue;
+    std::istringstream words(line);
+    std::vector<std::string> parts;
+    for (std::string w; words >> w;) parts.push_back(w);
+    if (!parts.empty()) out.emplace_back(number, std::move(parts));
+  }
+  return out;
+}
+
+[[noreturn]] void bad(const std::string& source, int line, const std::string& problem) {
+  throw Error(source + ":" + std::to_string(line) + ": " + problem);
+}
+
+bool validName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+             std::string::npos &&
+         name[0] != '.';
+}
+
+std::optional<Role> parseRole(const std::string& text) {
+  if (text == "daemon") return Role::Daemon;
+  if (text == "client") return Role::Client;
+  if (text == "admin") return Role::Admin;
+  return std::nullopt;
+}
+
+std::string publicOf(const std::string& secret) {
+  char out[kZ85KeyLength + 1] = {};
+  if (zmq_curve_public(out, secret.c_str()) != 0) throw Error("CURVE is not available in this libzmq");
+  return out;
+}
+
+}  // namespace
+
+std::string toString(Role role) {
+  switch (role) {
+    case Role::Daemon: return "daemon";
+    case Role::Client: return "client";
+    case Role::Admin: return "admin";
+  }
+  return "unknown";
+}
+
+bool isZ85Key(const std::string& text) {
+  if (text.size() != kZ85KeyLength) return false;
+  uint8_t bytes[32];
+  return zmq_z85_decode(bytes, text.c_str()) != nullptr;
+}
+
+KeyPair generateKeyPair(const std::string& name) {
+  if (!validName(name)) throw Error("key name \"" + name + "\" must be 1-64 of A-Z a-z 0-9 . _ - (not starting with .)");
+  char publicKey[kZ85KeyLength + 1] = {}, secretKey[kZ85KeyLength + 1] = {};
+  if (zmq_curve_keypair(publicKey, secretKey) != 0) {
+    throw Error(std::string("cannot make a CURVE key pair: ") + zmq_strerror(zmq_errno()));
+  }
+  return {name, publicKey, secretKey};
+}
+
+std::string writeKeyPair(const KeyPair& keys, const std::string& dir) {
+  if (!validName(keys.name)) throw Error("key name \"" + keys.name + "\" is not valid");
+  const std::string secretPath = dir + "/" + keys.name + ".key";
+  const std::string publicPath = dir + "/" + keys.name + ".pub";
+  const std::string secretText = "# skytrain CURVE secret key: keep it private\nname " + keys.name + "\npublic " +
+                                 keys.publicKey + "\nsecret " + keys.secretKey + "\n";
+  const std::string publicText = keys.publicKey + " " + keys.name + "\n";
+  auto write = [](const std::string& path, const std::string& text, mode_t mode) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0) {
+      throw Error("cannot create \"" + path + "\": " + std::strerror(errno) +
+                  (errno == EEXIST ? " (refusing to overwrite a key)" : ""));
+    }
+    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+    ::close(fd);
+    if (!ok) throw Error("cannot write \"" + path + "\"");
+  };
+  if (::access(publicPath.c_str(), F_OK) == 0) throw Error("\"" + publicPath + "\" exists (refusing to overwrite a key)");
+  write(secretPath, secretText, 0600);
+  write(publicPath, publicText, 0644);
+  return secretPath;
+}
+
+std::string readBoundedFile(const std::string& path, size_t maxBytes, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error(what + " \"" + path + "\" cannot be opened: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(what + " \"" + path + "\" is not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > maxBytes) {
+    ::close(fd);
+    throw Error(what + " \"" + path + "\" is " + std::to_string(st.st_size) + " bytes, the limit is " +
+                std::to_string(maxBytes));
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(done);
+  return text;
+}
+
+KeyPair parseKeyPair(const std::string& text, const std::string& source) {
+  KeyPair keys;
+  for (const auto& [line, words] : wordLines(text)) {
+    if (words.size() != 2) bad(source, line, "expected \"name|public|secret VALUE\"");
+    std::string* field = words[0] == "name" ? &keys.name : words[0] == "public" ? &keys.publicKey
+                                         : words[0] == "secret" ? &keys.secretKey : nullptr;
+    if (!field) bad(source, line, "unknown field (expected name, public or secret)");
+    if (!field->empty()) bad(source, line, "field \"" + words[0] + "\" given twice");
+    *field = words[1];
+  }
+  if (keys.secretKey.empty()) throw Error(source + ": no \"secret\" line: not a skytrain secret key file");
+  if (!isZ85Key(keys.secretKey)) throw Error(source + ": the secret key is not a 40-character Z85 key");
+  const std::string derived = publicOf(keys.secretKey);
+  if (!keys.publicKey.empty() && keys.publicKey != derived) {
+    throw Error(source + ": the public key does not belong to the secret key");
+  }
+  keys.publicKey = derived;
+  if (keys.name.empty()) keys.name = "unnamed";
+  if (!validName(keys.name)) throw Error(source + ": key name is not valid");
+  return keys;
+}
+
+KeyPair loadKeyPair(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error("secret key file \"" + path + "\": " + std::strerror(errno));
+  if (st.st_mode & 077) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw Error("secret key file \"" + path + "\" has mode " + mode +
+                ": readable by others; chmod 600 it (the key must stay private)");
+  }
+  return parseKeyPair(readBoundedFile(path, kMaxKeyFileBytes, "secret key file"), path);
+}
+
+AuthorizedKeys parseAuthorizedKeys(const std::string& text, const std::string& source) {
+  AuthorizedKeys keys;
+  for (const auto& [line, words] : wordLines(text)) {
+    if (words.size() != 3) bad(source, line, "expected \"<public key> <role> <name>\"");
+    if (!isZ85Key(words[0])) bad(source, line, "\"" + words[0].substr(0, 48) + "\" is not a 40-character Z85 public key");
+    const auto role = parseRole(words[1]);
+    if (!role) bad(source, line, "role \"" + words[1].substr(0, 32) + "\" is unknown (valid: daemon, client, admin)");
+    if (!validName(words[2])) bad(source, line, "name must be 1-64 of A-Z a-z 0-9 . _ -");
+    if (keys.count(words[0])) bad(source, line, "key listed twice");
+    keys[words[0]] = {words[0], *role, words[2]};
+  }
+  return keys;
+}
+
+KnownDaemons parseKnownDaemons(const std::string& text, const std::string& source) {
+  KnownDaemons daemons;
+  for (const auto& [line, words] : wordLines(text)) {
+    if (words.size() != 2) bad(source, line, "expected \"<control endpoint> <public key>\"");
+    if (words[0].rfind("tcp://", 0) != 0 && words[0].rfind("ipc://", 0) != 0) {
+      bad(source, line, "\"" + words[0].substr(0, 64) + "\" is not a tcp:// or ipc:// endpoint");
+    }
+    if (!isZ85Key(words[1])) bad(source, line, "not a 40-character Z85 public key");
+    if (daemons.count(words[0])) bad(source, line, "endpoint listed twice");
+    daemons[words[0]] = words[1];
+  }
+  return daemons;
+}
+
+AuthorizedKeys loadAuthorizedKeys(const std::string& path) {
+  return parseAuthorizedKeys(readBoundedFile(path, kMaxKeyFileBytes, "authorized keys file"), path);
+}
+
+KnownDaemons loadKnownDaemons(const std::string& path) {
+  if (path.empty() || ::access(path.c_str(), F_OK) != 0) return {};
+  return parseKnownDaemons(readBoundedFile(path, kMaxKeyFileBytes, "known daemons file"), path);
+}
+
+bool isLoopbackEndpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
+  if (endpoint.rfind("tcp://", 0) != 0) return false;
+  std::string host = endpoint.substr(6);
+  const auto colon = host.rfind(':');
+  if (colon == std::string::npos) return false;
+  host.resize(colon);
+  if (host.find(';') != std::string::npos) return false;  // "source;destination" forms
+  if (host == "[::1]" || host == "localhost") return true;
+  if (host.rfind("127.", 0) != 0) return false;
+  return host.find_first_not_of("0123456789.") == std::string::npos;
+}
+
+}  // namespace skytrain::protocol

@@ -1,0 +1,228 @@
+#include "daemon/protocol/messages.h"
+
+#include <cmath>
+
+#include "daemon/protocol/control.h"
+#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/json_reader.h"
+#include "daemon/protocol/keys.h"
+#include "scheduler/error.h"
+
+namespace skytrain::protocol {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kBig = int64_t{1} << 30;
+
+std::string boundedString(ObjectReader& r, const std::string& key, std::optional<std::string> fallback, size_t max) {
+  std::string value = r.string(key, std::move(fallback));
+  if (value.size() > max) {
+    throw SpecError(r.pathOf(key), "is " + std::to_string(value.size()) + " bytes, the limit is " + std::to_string(max));
+  }
+  return value;
+}
+
+std::string jobId(ObjectReader& r) {
+  std::string id = r.string("job", std::nullopt);
+  if (id.size() != 16 || id.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw SpecError(r.pathOf("job"), describe(json(id)) + " is not a job id (16 lowercase hex digits)");
+  }
+  return id;
+}
+
+void readRef(ObjectReader& r, StageRef& ref) {
+  ref.job = jobId(r);
+  ref.stage = static_cast<int>(r.integer("stage", std::nullopt, 0, 63));
+}
+
+std::string endpoint(ObjectReader& r, const std::string& key) {
+  std::string value = boundedString(r, key, std::nullopt, kMaxEndpointLength);
+  if (!value.empty() && value.rfind("tcp://", 0) != 0 && value.rfind("ipc://", 0) != 0) {
+    throw SpecError(r.pathOf(key), describe(json(value)) + " is not a tcp:// or ipc:// endpoint");
+  }
+  return value;
+}
+
+std::string publicKey(ObjectReader& r, const std::string& key) {
+  std::string value = r.string(key, "");
+  if (!value.empty() && !isZ85Key(value)) throw SpecError(r.pathOf(key), "is not a 40-character Z85 public key");
+  return value;
+}
+
+double seconds(ObjectReader& r, const std::string& key) { return r.number(key, 0.0, 0.0, 1e9); }
+
+StageReport parseReport(ObjectReader& r) {
+  StageReport m;
+  readRef(r, m);
+  const std::string kind = r.string("kind", std::nullopt);
+  const ReportKind kinds[] = {ReportKind::Step, ReportKind::Eval, ReportKind::Profile, ReportKind::Done,
+                              ReportKind::Failed};
+  bool known = false;
+  for (ReportKind k : kinds) {
+    if (toString(k) == kind) m.kind = k, known = true;
+  }
+  if (!known) throw SpecError(r.pathOf("kind"), describe(json(kind)) + " is unknown (valid: step, eval, profile, done, failed)");
+  m.step = r.integer("step", 0, 0, kBig);
+  if (const json* loss = r.child("loss", false); loss && !loss->is_null()) {
+    m.loss = r.number("loss", std::nullopt, -1e30, 1e30);
+  }
+  m.stepSeconds = seconds(r, "step_s");
+  m.computeSeconds = seconds(r, "compute_s");
+  m.bytesSent = r.number("bytes_sent", 0.0, 0.0, 1e18);
+  m.bytesRaw = r.number("bytes_raw", 0.0, 0.0, 1e18);
+  m.microBatches = static_cast<int>(r.integer("micro_batches", 0, 0, kBig));
+  if (const json* profile = r.child("profile", m.kind == ReportKind::Profile)) {
+    if (!profile->is_object()) throw SpecError(r.pathOf("profile"), "expected an object");
+    m.profile = *profile;
+  }
+  m.error = boundedString(r, "error", "", kMaxErrorLength);
+  if (m.kind == ReportKind::Eval && !m.loss) {
+    throw SpecError(r.pathOf("loss"), "an eval report needs a loss");
+  }
+  return m;
+}
+
+Request parseBody(const std::string& type, ObjectReader& r) {
+  if (type == "ping") return Ping{};
+  if (type == "list") return List{};
+  if (type == "submit") {
+    Submit m;
+    m.spec = boundedString(r, "spec", std::nullopt, kMaxSpecBytes);
+    m.dryRun = r.boolean("dry_run", false);
+    return m;
+  }
+  if (type == "status") {
+    Status m;
+    m.job = jobId(r);
+    m.since = r.integer("since", 0, 0, kBig);
+    return m;
+  }
+  if (type == "cancel") return Cancel{jobId(r)};
+  if (type == "stage.prepare") {
+    StagePrepare m;
+    readRef(r, m);
+    m.spec = boundedString(r, "spec", std::nullopt, kMaxSpecBytes);
+    m.coordinator = endpoint(r, "coordinator");
+    if (m.coordinator.empty()) throw SpecError(r.pathOf("coordinator"), "must not be empty");
+    return m;
+  }
+  if (type == "stage.start") {
+    StageStart m;
+    readRef(r, m);
+    m.previous = endpoint(r, "previous");
+    m.next = endpoint(r, "next");
+    m.previousKey = publicKey(r, "previous_key");
+    m.nextKey = publicKey(r, "next_key");
+    return m;
+  }
+  if (type == "stage.abort") {
+    StageAbort m;
+    readRef(r, m);
+    return m;
+  }
+  if (type == "stage.plan") {
+    StagePlan m;
+    readRef(r, m);
+    m.microBatches = static_cast<int>(r.integer("micro_batches", std::nullopt, 1, 1 << 20));
+    m.schedule = boundedString(r, "schedule", std::nullopt, 32);
+    const json* warmups = r.child("warmups", false);
+    if (warmups) {
+      if (!warmups->is_array() || warmups->size() > 64) throw SpecError(r.pathOf("warmups"), "expected up to 64 integers");
+      for (size_t i = 0; i < warmups->size(); ++i) {
+        const json& w = (*warmups)[i];
+        if (!w.is_number_integer() || w.get<int64_t>() < 0 || w.get<int64_t>() > (1 << 20)) {
+          throw SpecError(r.pathOf("warmups") + "[" + std::to_string(i) + "]", "expected an integer in [0, 1048576]");
+        }
+        m.warmups.push_back(w.get<int>());
+      }
+    }
+    return m;
+  }
+  if (type == "stage.profile") {
+    StageProfile m;
+    readRef(r, m);
+    m.atStep = r.integer("at_step", std::nullopt, -1, kBig);
+    return m;
+  }
+  if (type == "stage.report") return parseReport(r);
+  throw SpecError(r.pathOf("type"), describe(json(type)) +
+                                        " is unknown (valid: ping, submit, status, list, cancel, stage.prepare, "
+                                        "stage.start, stage.abort, stage.plan, stage.profile, stage.report)");
+}
+
+struct ToJson {
+  json operator()(const Ping&) const { return {{"type", "ping"}}; }
+  json operator()(const List&) const { return {{"type", "list"}}; }
+  json operator()(const Submit& m) const { return {{"type", "submit"}, {"spec", m.spec}, {"dry_run", m.dryRun}}; }
+  json operator()(const Status& m) const { return {{"type", "status"}, {"job", m.job}, {"since", m.since}}; }
+  json operator()(const Cancel& m) const { return {{"type", "cancel"}, {"job", m.job}}; }
+  json operator()(const StagePrepare& m) const {
+    return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}});
+  }
+  json operator()(const StageStart& m) const {
+    return ref("stage.start", m, {{"previous", m.previous}, {"next", m.next}, {"previous_key", m.previousKey},
+                                  {"next_key", m.nextKey}});
+  }
+  json operator()(const StageAbort& m) const { return ref("stage.abort", m, json::object()); }
+  json operator()(const StagePlan& m) const {
+    return ref("stage.plan", m, {{"micro_batches", m.microBatches}, {"schedule", m.schedule}, {"warmups", m.warmups}});
+  }
+  json operator()(const StageProfile& m) const { return ref("stage.profile", m, {{"at_step", m.atStep}}); }
+  json operator()(const StageReport& m) const {
+    json j = ref("stage.report", m, {{"kind", toString(m.kind)}, {"step", m.step}});
+    if (m.kind == ReportKind::Step) {
+      j.update({{"loss", m.loss ? json(*m.loss) : json(nullptr)}, {"step_s", m.stepSeconds},
+                {"compute_s", m.computeSeconds}, {"bytes_sent", m.bytesSent}, {"bytes_raw", m.bytesRaw},
+                {"micro_batches", m.microBatches}});
+    }
+    if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
+    if (m.kind == ReportKind::Profile) j["profile"] = m.profile;
+    if (m.kind == ReportKind::Failed) j["error"] = m.error;
+    return j;
+  }
+
+  static json ref(const char* type, const StageRef& ref, json fields) {
+    fields["type"] = type;
+    fields["job"] = ref.job;
+    fields["stage"] = ref.stage;
+    return fields;
+  }
+};
+
+}  // namespace
+
+std::string toString(ReportKind kind) {
+  switch (kind) {
+    case ReportKind::Step: return "step";
+    case ReportKind::Eval: return "eval";
+    case ReportKind::Profile: return "profile";
+    case ReportKind::Done: return "done";
+    case ReportKind::Failed: return "failed";
+  }
+  return "unknown";
+}
+
+Envelope parseRequest(const json& message) {
+  std::string type = "?";
+  try {
+    ObjectReader r(message, "$");
+    type = r.string("type", std::nullopt);
+    if (type.size() > 32) type = type.substr(0, 32);
+    Envelope envelope;
+    if (r.has("id")) envelope.id = static_cast<uint64_t>(r.integer("id", std::nullopt, 0, INT64_MAX));
+    envelope.request = parseBody(type, r);
+    r.finish();
+    return envelope;
+  } catch (const SpecError& e) {
+    throw WireError(describe(json(type)) + " request refused: " + e.what());
+  }
+}
+
+Envelope parseRequest(const void* data, size_t size) { return parseRequest(parseControlMessage(data, size)); }
+
+json toJson(const Request& request) { return std::visit(ToJson{}, request); }
+
+std::string typeName(const Request& request) { return toJson(request).value("type", "?"); }
+
+}  // namespace skytrain::protocol

@@ -1,0 +1,89 @@
+// Control messages as types: one struct per request, one parse function that checks every
+// field and names the bad one. Handlers see these structs, never raw JSON; the fuzzers call
+// parseRequest. On the wire each is a JSON object with "type" (below) and an optional "id".
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace skytrain::protocol {
+
+struct Ping {};
+struct Submit {
+  std::string spec;  // the job spec text (parsed by parseJobSpec)
+  bool dryRun = false;
+};
+struct Status {
+  std::string job;
+  int64_t since = 0;  // first step row to return
+};
+struct List {};
+struct Cancel {
+  std::string job;
+};
+
+// Requests from a job's coordinator to a stage daemon name the job and the stage.
+struct StageRef {
+  std::string job;
+  int stage = 0;
+};
+struct StagePrepare : StageRef {
+  std::string spec;
+  std::string coordinator;  // its control endpoint, which receives the stage's reports
+};
+struct StageStart : StageRef {
+  std::string previous, next;        // neighbours' data endpoints ("" at the ends)
+  std::string previousKey, nextKey;  // their daemons' public keys ("" when insecure)
+};
+struct StageAbort : StageRef {};
+struct StagePlan : StageRef {
+  int microBatches = 1;
+  std::string schedule;
+  std::vector<int> warmups;
+};
+struct StageProfile : StageRef {
+  int64_t atStep = -1;  // -1: cancel a pending profile
+};
+
+enum class ReportKind { Step, Eval, Profile, Done, Failed };
+std::string toString(ReportKind kind);
+
+// One-way, stage daemon -> coordinator; never answered.
+struct StageReport : StageRef {
+  ReportKind kind = ReportKind::Step;
+  int64_t step = 0;
+  std::optional<double> loss;  // step (last stage) and eval
+  double stepSeconds = 0, computeSeconds = 0;
+  double bytesSent = 0, bytesRaw = 0;
+  int microBatches = 0;
+  nlohmann::json profile;  // profile: checked by the planner's reader (daemon/planning.h)
+  std::string error;       // failed
+};
+
+using Request = std::variant<Ping, Submit, Status, List, Cancel, StagePrepare, StageStart, StageAbort, StagePlan,
+                             StageProfile, StageReport>;
+
+struct Envelope {
+  std::optional<uint64_t> id;  // echoed in the reply
+  Request request;
+};
+
+constexpr size_t kMaxEndpointLength = 256;
+constexpr size_t kMaxErrorLength = 4096;
+
+// Checks every field of a parsed control message. Throws skytrain::WireError naming the
+// request type, the field's JSON path and the problem.
+Envelope parseRequest(const nlohmann::json& message);
+// The bytes of a message as they arrive (size and depth capped first).
+Envelope parseRequest(const void* data, size_t size);
+
+// The message with its "type" (and no "id").
+nlohmann::json toJson(const Request& request);
+std::string typeName(const Request& request);
+
+}  // namespace skytrain::protocol
