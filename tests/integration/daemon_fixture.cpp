@@ -11,15 +11,64 @@
 
 namespace skytrain::testing {
 
-TestDaemon::TestDaemon(const std::string& name) {
+TestKeys::TestKeys() {
+  static int counter = 0;
+  dir_ = std::filesystem::temp_directory_path() /
+         ("skytrain_keys_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::remove_all(dir_);
+  std::filesystem::create_directories(dir_);
+  std::ofstream(authorizedKeys()).flush();
+  std::ofstream(knownDaemons()).flush();
+}
+
+TestKeys::~TestKeys() { std::filesystem::remove_all(dir_); }
+
+protocol::KeyPair TestKeys::add(const std::string& name, protocol::Role role, bool authorized) {
+  const auto keys = protocol::generateKeyPair(name);
+  protocol::writeKeyPair(keys, dir_.string());
+  if (authorized) {
+    std::ofstream(authorizedKeys(), std::ios::app) << keys.publicKey << " " << protocol::toString(role) << " " << name << "\n";
+  }
+  keys_[name] = keys;
+  return keys;
+}
+
+std::string TestKeys::secretFile(const std::string& name) const { return (dir_ / (name + ".key")).string(); }
+
+void TestKeys::know(const std::string& endpoint, const std::string& publicKey) {
+  std::ofstream(knownDaemons(), std::ios::app) << endpoint << " " << publicKey << "\n";
+}
+
+protocol::ClientSecurity TestKeys::as(const std::string& name, const std::string& serverKey) const {
+  return {get(name), serverKey};
+}
+
+TestDaemon::TestDaemon(const std::string& name, TestDaemonOptions options) {
   dir_ = std::filesystem::temp_directory_path() / ("skytrain_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir_);
   daemon::DaemonConfig config;
   config.controlEndpoint = "tcp://127.0.0.1:*";
   config.dataEndpoint = "tcp://127.0.0.1:*";
   config.stateDir = dir_.string();
-  config.insecure = true;
+  config.dataRoots = options.dataRoots;
+  config.prepareTimeoutS = options.prepareTimeoutS;
+  config.memoryBudgetMb = options.memoryBudgetMb;
+  if (options.keys) {
+    const std::string keyName = options.keyName.empty() ? name : options.keyName;
+    try {
+      options.keys->get(keyName);
+    } catch (const std::out_of_range&) {
+      options.keys->add(keyName, protocol::Role::Daemon);
+    }
+    config.secretKeyFile = options.keys->secretFile(keyName);
+    config.authorizedKeys = options.keys->authorizedKeys();
+    config.knownDaemons = options.keys->knownDaemons();
+    publicKey_ = options.keys->get(keyName).publicKey;
+  } else {
+    config.insecure = true;
+  }
   daemon_ = std::make_unique<daemon::Daemon>(config);
+  if (options.keys) options.keys->know(daemon_->controlEndpoint(), publicKey_);
   thread_ = std::thread([this] { daemon_->run(); });
 }
 
@@ -32,8 +81,9 @@ TestDaemon::~TestDaemon() {
 
 std::string TestDaemon::control() const { return daemon_->controlEndpoint(); }
 
-nlohmann::json runJob(zmq::context_t& context, const std::string& coordinator, const nlohmann::json& spec) {
-  protocol::ControlClient client(context, coordinator);
+nlohmann::json runJob(zmq::context_t& context, const std::string& coordinator, const nlohmann::json& spec,
+                      const protocol::ClientSecurity& security) {
+  protocol::ControlClient client(context, coordinator, security);
   const std::string job = client.request({{"type", "submit"}, {"spec", spec.dump()}}, std::chrono::seconds(5))["job"];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
   while (std::chrono::steady_clock::now() < deadline) {
