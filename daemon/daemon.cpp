@@ -110,6 +110,7 @@ std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
   try {
     const Json message = protocol::parseControlMessage(body.data(), body.size());
     oneWay = message.contains("type") && message["type"] == protocol::kStageReport;
+    if (auto it = message.find("id"); it != message.end() && it->is_number_unsigned()) id = it->get<uint64_t>();
     const auto caller = access_->find(userIdOf(body));
     if (!caller) {  // admitted at the handshake, removed from authorized_keys since
       ++counters_.requestsRefused;
@@ -117,7 +118,14 @@ std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
     }
     const protocol::Envelope envelope = protocol::parseRequest(message);
     id = envelope.id;
-    reply = handle(envelope.request, *caller);
+    try {
+      reply = handle(envelope.request, *caller);
+    } catch (const Refusal& e) {
+      ++(std::holds_alternative<protocol::StageReport>(envelope.request) ? counters_.reportsRefused
+                                                                          : counters_.requestsRefused);
+      spdlog::warn("security: refused {} {}: {}", caller->describe(), protocol::typeName(envelope.request), e.what());
+      throw Error(std::string("refused: ") + e.what());
+    }
   } catch (const SpecError& e) {
     reply = protocol::errorReply(e.what(), e.path());
   } catch (const std::exception& e) {
@@ -173,22 +181,19 @@ void Daemon::reapCoordinators() {
   }
 }
 
-void Daemon::refuse(const Caller& caller, const std::string& what) {
-  ++counters_.requestsRefused;
-  spdlog::warn("security: refused {}: {}", caller.describe(), what);
-  throw Error("refused: " + what);
-}
+void Daemon::refuse(const std::string& what) { throw Refusal(what); }
 
 void Daemon::checkOwner(const std::string& job, const Caller& caller, const char* action) {
   const auto owner = jobs_->owner(job);
   if (caller.isAdmin() || owner.first == caller.key) return;
-  refuse(caller, std::string(action) + " job " + job + " needs the admin role: it belongs to '" + owner.second + "'");
+  refuse(std::string(action) + " job " + job + " needs the admin role: it belongs to '" + owner.second + "'");
 }
 
 Json Daemon::ping(const Caller& caller) const {
   Json reply = {{"ok", true}, {"control", controlEndpoint_}, {"data", dataEndpoint_}, {"you", caller.describe()}};
   if (!config_.insecure) reply["public_key"] = access_->self().publicKey;
   if (caller.isAdmin()) {
+    reply["hosted_stages"] = stages_->active();
     reply["refused"] = {{"handshakes", counters_.handshakesRefused.load()},
                         {"requests", counters_.requestsRefused.load()},
                         {"reports", counters_.reportsRefused.load()},
@@ -200,8 +205,7 @@ Json Daemon::ping(const Caller& caller) const {
 void Daemon::report(const protocol::StageReport& report, const Caller& caller) {
   const std::string expected = jobs_->stageKey(report.job, report.stage);
   if (!caller.isDaemon() || (!caller.insecure && caller.key != expected)) {
-    ++counters_.reportsRefused;
-    throw Error("stage report for job " + report.job + " stage " + std::to_string(report.stage) + " from " +
+    throw Refusal("stage report for job " + report.job + " stage " + std::to_string(report.stage) + " from " +
                 caller.describe() + ", which does not host that stage");
   }
   jobs_->applyReport(report);
@@ -214,15 +218,16 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
     report(*m, caller);
     return nullptr;
   }
-  if (const auto* m = std::get_if<StagePrepare>(&request)) {
-    if (!caller.isDaemon()) refuse(caller, "stage.prepare is for daemons");
-    return stages_->prepare(*m, caller.key);
-  }
+  const bool stageRequest = std::holds_alternative<StagePrepare>(request) || std::holds_alternative<StageStart>(request) ||
+                            std::holds_alternative<StageAbort>(request) || std::holds_alternative<StagePlan>(request) ||
+                            std::holds_alternative<StageProfile>(request);
+  if (stageRequest && !caller.isDaemon()) refuse(typeName(request) + " is for daemons");
+  if (const auto* m = std::get_if<StagePrepare>(&request)) return stages_->prepare(*m, caller.key);
   if (const auto* m = std::get_if<StageStart>(&request)) return stages_->start(*m, caller.key);
   if (const auto* m = std::get_if<StageAbort>(&request)) return stages_->abort(*m, caller.key);
   if (const auto* m = std::get_if<StagePlan>(&request)) return stages_->plan(*m, caller.key);
   if (const auto* m = std::get_if<StageProfile>(&request)) return stages_->profile(*m, caller.key);
-  if (!caller.isUser()) refuse(caller, typeName(request) + " is for clients");
+  if (!caller.isUser()) refuse(typeName(request) + " is for clients");
   if (const auto* m = std::get_if<Submit>(&request)) return submit(*m, caller);
   if (const auto* m = std::get_if<Status>(&request)) {
     checkOwner(m->job, caller, "reading");

@@ -60,8 +60,8 @@ class Daemon {
   void report(const protocol::StageReport& report, const Caller& caller);
   // Throws unless the caller owns the job or is an admin.
   void checkOwner(const std::string& job, const Caller& caller, const char* action);
-  // Counts and logs a refusal, and throws it as the reply.
-  [[noreturn]] void refuse(const Caller& caller, const std::string& what);
+  // Throws a Refusal; answer() counts it, logs it with the caller and replies with it.
+  [[noreturn]] static void refuse(const std::string& what);
   // Public keys of the job's stage daemons, from the spec or the known daemons.
   std::vector<std::string> stageKeys(const protocol::JobSpec& spec) const;
   void reapCoordinators();

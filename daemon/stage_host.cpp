@@ -29,8 +29,8 @@ StageWorker& StageHost::find(const protocol::StageRef& ref, const std::string& c
     throw Error("stage " + std::to_string(ref.stage) + " of job " + ref.job + " is not hosted here");
   }
   if (it->second->assignment().coordinatorKey != caller) {
-    throw Error("refused: stage " + std::to_string(ref.stage) + " of job " + ref.job +
-                " takes requests only from its job's coordinator");
+    throw Refusal("stage " + std::to_string(ref.stage) + " of job " + ref.job +
+                  " takes requests only from its job's coordinator");
   }
   return *it->second;
 }

@@ -24,7 +24,8 @@ Json errorReply(const std::string& message, const std::string& path) {
 
 Json parseControlMessage(const void* data, size_t size) {
   if (size > kMaxControlMessageBytes) {
-    throw WireError("control message of " + std::to_string(size) + " bytes exceeds the limit");
+    throw WireError("control message of " + std::to_string(size) + " bytes: the limit is " +
+                    std::to_string(kMaxControlMessageBytes));
   }
   Json message;
   try {

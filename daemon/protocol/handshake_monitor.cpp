@@ -41,18 +41,17 @@ std::string HandshakeMonitor::explain(uint16_t event, uint32_t value) const {
   if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
     return "daemon " + endpoint_ + " refused key '" + keyName_ + "' (not in its authorized keys)";
   }
-  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
-    return serverKey_.empty()
-               ? "daemon " + endpoint_ + " requires CURVE: give your secret key (--key or $SKYTRAIN_KEY) and the "
-                                         "daemon's public key (known_daemons or --daemon-key)"
-               : "daemon " + endpoint_ + " does not use CURVE (an insecure daemon?)";
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH &&
+      !serverKey_.empty()) {
+    return "daemon " + endpoint_ + " does not use CURVE (an insecure daemon?)";
   }
-  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-    return "CURVE handshake with daemon " + endpoint_ + " failed (protocol error " + std::to_string(value) +
-           "): is its public key " + key + "?";
+  // Anything else: the server closed the connection mid-handshake. A CURVE server does that
+  // without a word when it cannot open our HELLO (we hold the wrong server key), and to a
+  // plaintext client.
+  if (serverKey_.empty()) {
+    return "daemon " + endpoint_ + " closed the connection during the handshake: it requires CURVE; give your "
+           "secret key (--key or $SKYTRAIN_KEY) and the daemon's public key (known_daemons or --daemon-key)";
   }
-  // A CURVE server that cannot open our HELLO (we hold the wrong server key) closes the
-  // connection without a word.
   return "daemon " + endpoint_ + " closed the connection during the CURVE handshake: its public key is not " + key +
          " (check known_daemons or --daemon-key)";
 }
@@ -70,7 +69,7 @@ std::optional<std::string> HandshakeMonitor::failure() {
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       handshakeDone_ = true;
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
-      if (!handshakeDone_ && !serverKey_.empty()) failure_ = explain(id, value);
+      if (!handshakeDone_) failure_ = explain(id, value);
       handshakeDone_ = false;
     } else {
       failure_ = explain(id, value);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "daemon/protocol/keys.h"
+#include "scheduler/error.h"
 
 namespace skytrain::daemon {
 
@@ -24,6 +25,13 @@ struct Caller {
   bool isUser() const { return insecure || role != protocol::Role::Daemon; }
   // "'laptop-1' (client)" for logs and refusals.
   std::string describe() const;
+};
+
+// An authenticated caller asked for something it may not do; answered as an error,
+// logged with the caller's name and counted.
+class Refusal : public Error {
+ public:
+  using Error::Error;
 };
 
 // Refusals, by kind; read by status and metrics.

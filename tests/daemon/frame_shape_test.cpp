@@ -1,0 +1,86 @@
+// A frame from the assigned neighbour is still checked: its shape and dtype must be what the
+// receiving stage expects for that (step, micro-batch), before any decoder allocates.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <deque>
+
+#include "compression/codec_registry.h"
+#include "daemon/pipeline_runner.h"
+#include "scheduler/error.h"
+
+using namespace skytrain;
+using compression::FrameDirection;
+
+namespace {
+
+// Delivers the frames it is given, in order; drops what is sent.
+class ScriptedLink : public daemon::PeerLink {
+ public:
+  std::deque<compression::TensorFrame> inbound;
+  void send(const compression::TensorFrame&) override {}
+  std::optional<compression::TensorFrame> recv(std::chrono::milliseconds) override {
+    if (inbound.empty()) return std::nullopt;
+    auto frame = std::move(inbound.front());
+    inbound.pop_front();
+    return frame;
+  }
+  uint64_t bytesSent() const override { return 0; }
+};
+
+protocol::JobSpec middleStageSpec() {
+  return protocol::parseJobSpec(R"({"steps": 2, "batch_size": 2, "micro_batches": 1, "schedule": "1f1b",
+    "peer_timeout_s": 1, "model": {"d_model": 16, "heads": 2, "layers": 3, "d_ff": 32, "seq_len": 8},
+    "data": {"files": ["/nonexistent"]},
+    "stages": [{"daemon": "tcp://a:1", "layers": [0, 1]}, {"daemon": "tcp://b:1", "layers": [1, 2]},
+               {"daemon": "tcp://c:1", "layers": [2, 3]}]})");
+}
+
+std::string runWith(compression::TensorFrame frame) {
+  daemon::PipelineRunner runner(middleStageSpec(), 1, 7, 1e9);
+  auto previous = std::make_unique<ScriptedLink>();
+  previous->inbound.push_back(std::move(frame));
+  runner.connect(std::move(previous), std::make_unique<ScriptedLink>());
+  try {
+    runner.runStep(0);
+  } catch (const WireError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+compression::TensorFrame forward(std::vector<int64_t> shape, std::string payload) {
+  compression::TensorFrame frame;
+  frame.job = 7;
+  frame.stage = 1;
+  frame.direction = FrameDirection::Forward;
+  frame.tensor.codec = "none";
+  frame.tensor.shape = std::move(shape);
+  frame.tensor.payload = std::move(payload);
+  return frame;
+}
+
+}  // namespace
+
+TEST_CASE("a frame claiming a huge shape is refused before decoding") {
+  const std::string error = runWith(forward({1 << 20, 1 << 20, 1024}, "tiny"));
+  CHECK(error.find("carries shape [1048576, 1048576, 1024], this stage expects float32 [2, 8, 16]") != std::string::npos);
+}
+
+TEST_CASE("a frame of the wrong dtype or rank is refused") {
+  auto frame = forward({2, 8, 16}, std::string(2 * 8 * 16 * 4, '\0'));
+  frame.tensor.dtype = compression::WireDType::Int64;
+  CHECK(runWith(frame).find("expects float32 [2, 8, 16]") != std::string::npos);
+  CHECK(runWith(forward({2, 8}, std::string(2 * 8 * 4, '\0'))).find("carries shape [2, 8]") != std::string::npos);
+}
+
+TEST_CASE("a frame of the expected shape is decoded and used") {
+  auto encoded = compression::builtinCodecs().make("none")->encode(torch::zeros({2, 8, 16}));
+  auto frame = forward(encoded.shape, encoded.payload);
+  // The step then waits for the backward frame, which never comes: a time-out, not a shape error.
+  daemon::PipelineRunner runner(middleStageSpec(), 1, 7, 1e9);
+  auto previous = std::make_unique<ScriptedLink>();
+  previous->inbound.push_back(frame);
+  runner.connect(std::move(previous), std::make_unique<ScriptedLink>());
+  CHECK_THROWS_WITH(runner.runStep(0), Catch::Contains("no backward frame of step 0"));
+}

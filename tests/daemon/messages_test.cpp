@@ -1,0 +1,106 @@
+// Typed control messages (daemon/protocol/messages.h): every field checked, the bad one
+// named; what toJson writes parses back to the same request.
+#include <catch2/catch.hpp>
+
+#include "daemon/protocol/control.h"
+#include "daemon/protocol/json_reader.h"
+#include "daemon/protocol/messages.h"
+#include "scheduler/error.h"
+
+using namespace skytrain::protocol;
+using skytrain::SpecError;
+using skytrain::WireError;
+using nlohmann::json;
+
+namespace {
+
+std::string refusal(const json& message) {
+  try {
+    parseRequest(message);
+  } catch (const WireError& e) {
+    return e.what();
+  }
+  FAIL("accepted: " << message.dump());
+  return "";
+}
+
+const std::string kJob = "0123456789abcdef";
+
+}  // namespace
+
+TEST_CASE("each request type parses and round-trips") {
+  StageStart start;
+  start.job = kJob;
+  start.stage = 1;
+  start.previous = "tcp://a:7101";
+  StageReport report;
+  report.job = kJob;
+  report.kind = ReportKind::Step;
+  report.step = 3;
+  report.loss = 2.5;
+  report.stepSeconds = 0.1;
+  const Request requests[] = {Ping{}, List{}, Submit{"{}", true}, Status{kJob, 4}, Cancel{kJob}, start,
+                              StageAbort{{kJob, 2}}, StagePlan{{kJob, 0}, 4, "1f1b", {1, 2}},
+                              StageProfile{{kJob, 0}, 10}, report};
+  for (const auto& request : requests) {
+    const json wire = toJson(request);
+    INFO(wire.dump());
+    const Envelope back = parseRequest(wire);
+    CHECK(toJson(back.request) == wire);
+  }
+  const Envelope withId = parseRequest(json{{"type", "ping"}, {"id", 9}});
+  CHECK(withId.id == 9u);
+}
+
+TEST_CASE("bad requests are refused naming the field") {
+  CHECK_THAT(refusal({{"type", "launch"}}), Catch::Contains("$.type") && Catch::Contains("unknown"));
+  CHECK_THAT(refusal({{"id", 1}}), Catch::Contains("$.type: required"));
+  CHECK_THAT(refusal({{"type", "status"}, {"job", "../../etc"}}), Catch::Contains("$.job") && Catch::Contains("not a job id"));
+  CHECK_THAT(refusal({{"type", "status"}, {"job", kJob}, {"since", -1}}), Catch::Contains("$.since"));
+  CHECK_THAT(refusal({{"type", "ping"}, {"id", "x"}}), Catch::Contains("$.id"));
+  CHECK_THAT(refusal({{"type", "ping"}, {"extra", 1}}), Catch::Contains("$.extra: unknown field"));
+  CHECK_THAT(refusal({{"type", "stage.abort"}, {"job", kJob}, {"stage", 64}}), Catch::Contains("$.stage"));
+  CHECK_THAT(refusal({{"type", "stage.start"}, {"job", kJob}, {"stage", 0}, {"previous", "http://x"}, {"next", ""}}),
+             Catch::Contains("$.previous"));
+  CHECK_THAT(refusal({{"type", "stage.start"}, {"job", kJob}, {"stage", 0}, {"previous", ""}, {"next", ""},
+                      {"next_key", "short"}}),
+             Catch::Contains("$.next_key"));
+  CHECK_THAT(refusal({{"type", "stage.plan"}, {"job", kJob}, {"stage", 0}, {"micro_batches", 2}, {"schedule", "1f1b"},
+                      {"warmups", {1, -1}}}),
+             Catch::Contains("$.warmups[1]"));
+  CHECK_THAT(refusal({{"type", "stage.report"}, {"job", kJob}, {"stage", 0}, {"kind", "eval"}}),
+             Catch::Contains("$.loss"));
+  CHECK_THAT(refusal({{"type", "stage.report"}, {"job", kJob}, {"stage", 0}, {"kind", "pwned"}}),
+             Catch::Contains("$.kind"));
+  CHECK_THAT(refusal({{"type", "stage.report"}, {"job", kJob}, {"stage", 0}, {"kind", "failed"},
+                      {"error", std::string(5000, 'e')}}),
+             Catch::Contains("$.error") && Catch::Contains("limit is 4096"));
+  CHECK_THAT(refusal({{"type", "stage.report"}, {"job", kJob}, {"stage", 0}, {"kind", "step"}, {"step_s", -1.0}}),
+             Catch::Contains("$.step_s"));
+}
+
+TEST_CASE("raw bytes: size, depth and duplicate keys are bounded") {
+  const std::string dup = R"({"type": "ping", "type": "list"})";
+  CHECK_THROWS_WITH(parseRequest(dup.data(), dup.size()), Catch::Contains("$.type: duplicate key"));
+  const std::string nested = R"({"type": "stage.report", "job": "0123456789abcdef", "stage": 0, "kind": "profile", "profile": {"a": {"b": {"a": 1, "a": 2}}}})";
+  CHECK_THROWS_WITH(parseRequest(nested.data(), nested.size()), Catch::Contains("$.profile.a.b.a: duplicate key"));
+  const std::string inArray = R"({"x": [1, {"k": 1}, {"k": 2, "k": 3}]})";
+  CHECK_THROWS_WITH(parseBoundedJson(inArray, 1000, 8), Catch::Contains("$.x[2].k: duplicate key"));
+  const std::string deep(100000, '[');
+  CHECK_THROWS_WITH(parseRequest(deep.data(), deep.size()), Catch::Contains("nested deeper than"));
+  const std::string big(kMaxControlMessageBytes + 1, ' ');
+  CHECK_THROWS_WITH(parseRequest(big.data(), big.size()), Catch::Contains("the limit is 4194304"));
+  const std::string notObject = "[1, 2]";
+  CHECK_THROWS_AS(parseRequest(notObject.data(), notObject.size()), WireError);
+}
+
+TEST_CASE("error text is valid UTF-8, even when a value is cut inside a character") {
+  const std::string value = std::string(29, 'a') + std::string(15, '\0');
+  std::string accented = std::string(29, 'a');
+  for (int i = 0; i < 15; ++i) accented += "\xc3\xa9";
+  const std::string text = describe(json(accented));
+  CHECK(text.size() <= 60);
+  CHECK(json(text).dump().size() > 0);  // throws on invalid UTF-8
+  // Invalid UTF-8 in a message is replaced when it is written, never thrown.
+  CHECK_NOTHROW(toText(json{{"error", std::string("bad \xc3")}}));
+}

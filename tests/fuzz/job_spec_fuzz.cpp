@@ -1,0 +1,45 @@
+// parseJobSpec (daemon/protocol/job_spec.h) on any bytes: a spec is parsed or refused with
+// skytrain::Error, and a parsed spec keeps the promises the parser documents.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "daemon/protocol/job_spec.h"
+#include "scheduler/error.h"
+#include "tests/fuzz/fuzz_check.h"
+#include "tests/fuzz/known_bugs.h"
+
+namespace {
+
+using skytrain::protocol::JobSpec;
+
+void checkSpec(const JobSpec& spec) {
+  FUZZ_REQUIRE(!spec.name.empty() && spec.name.size() <= 128, spec.name);
+  FUZZ_REQUIRE(spec.microBatches == 0 || spec.batchSize % spec.microBatches == 0, std::to_string(spec.microBatches));
+  FUZZ_REQUIRE(spec.model.dModel % spec.model.heads == 0, std::to_string(spec.model.heads));
+  FUZZ_REQUIRE(!spec.stages.empty() && spec.stages.size() <= 64, std::to_string(spec.stages.size()));
+  // The stages tile [0, model.layers) in order.
+  int expected = 0;
+  for (const auto& stage : spec.stages) {
+    FUZZ_REQUIRE(stage.firstLayer == expected && stage.lastLayer > stage.firstLayer, std::to_string(stage.firstLayer));
+    expected = stage.lastLayer;
+  }
+  FUZZ_REQUIRE(expected == spec.model.layers, std::to_string(expected));
+  FUZZ_REQUIRE(!spec.data.files.empty(), "no data files");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  JobSpec spec;
+  try {
+    spec = skytrain::protocol::parseJobSpec(std::string(reinterpret_cast<const char*>(data), size));
+  } catch (const skytrain::Error&) {
+    return 0;
+  } catch (const nlohmann::json::out_of_range& e) {
+    if (!skytrain::fuzz::knownJsonNumberOverflow(e)) throw;
+    return 0;
+  }
+  checkSpec(spec);
+  return 0;
+}
