@@ -17,11 +17,16 @@
 # routes reach every cloud. Data endpoints bind 127.0.0.1:7101 and are advertised as
 # skyt<k>-data:7101, which each namespace's /etc/netns/<ns>/hosts resolves to the relay on
 # the link towards k: data crosses exactly one shaped, delayed link per hop.
+#
+# Keys as in production: $state/keys holds a key pair per cloud daemon (cloud<k>) and for
+# the user, authorized_keys admitting them, and known_daemons naming every control
+# endpoint's key. Data files must be under $SKYTRAIN_WAN_DATA (default: build/data).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${SKYTRAIN_BUILD:-$root/build}
 state=${SKYTRAIN_WAN_STATE:-/tmp/skytrain-wan}
+data_root=${SKYTRAIN_WAN_DATA:-$build/data}
 daemon=$build/daemon/skytraind
 relay=$build/deploy/wan/delay_relay
 client=$build/client/skytrain
@@ -116,6 +121,15 @@ up() {
     start "relay$i-a" "$(ns "$i")" "$relay" "10.211.$i.1:7101" "127.0.0.1:7101" "$delay"
     start "relay$i-b" "$(ns $((i + 1)))" "$relay" "10.211.$i.2:7101" "127.0.0.1:7101" "$delay"
   done
+  rm -rf "$state/keys"
+  mkdir -p "$state/keys"
+  for ((k = 0; k < n; k++)); do
+    "$client" keygen "cloud$k" --dir "$state/keys" > /dev/null
+    echo "$(cut -d' ' -f1 "$state/keys/cloud$k.pub") daemon cloud$k" >> "$state/keys/authorized_keys"
+    echo "$(control "$k") $(cut -d' ' -f1 "$state/keys/cloud$k.pub")" >> "$state/keys/known_daemons"
+  done
+  "$client" keygen user --dir "$state/keys" > /dev/null
+  echo "$(cut -d' ' -f1 "$state/keys/user.pub") client user" >> "$state/keys/authorized_keys"
   for ((k = 0; k < n; k++)); do  # routes to every link, hosts files for the data endpoints
     for ((i = 0; i < n - 1; i++)); do
       if [ "$i" -lt $((k - 1)) ]; then ip netns exec "$(ns "$k")" ip route add "10.211.$i.0/24" via "10.211.$((k - 1)).1"; fi
@@ -134,7 +148,9 @@ up() {
 {"control_endpoint": "tcp://0.0.0.0:7100", "data_endpoint": "tcp://127.0.0.1:7101",
  "advertise_host": "$(control "$k" | sed 's|tcp://||; s|:7100||')",
  "advertise_data_endpoint": "tcp://$(ns "$k")-data:7101",
- "state_dir": "$state/cloud$k", "insecure": true, "torch_threads": 1}
+ "secret_key_file": "$state/keys/cloud$k.key", "authorized_keys": "$state/keys/authorized_keys",
+ "known_daemons": "$state/keys/known_daemons", "data_roots": ["$data_root"],
+ "state_dir": "$state/cloud$k", "torch_threads": 1}
 JSON
     # Each daemon on its own core where there are enough (three share two here).
     start "daemon$k" "$(ns "$k")" taskset -c "$((k % cpus))" "$daemon" --config "$state/cloud$k.json"
@@ -153,7 +169,10 @@ case "$cmd" in
   down) down ;;
   control) control "${2:?cloud}" ;;
   shape) shape "${2:?link}" "${3:?rate}" ;;
-  client) shift; ip netns exec "$(ns 0)" "$client" --daemon "$(control 0)" "$@" ;;
+  client)
+    shift
+    SKYTRAIN_KEY=$state/keys/user.key SKYTRAIN_KNOWN_DAEMONS=$state/keys/known_daemons \
+      ip netns exec "$(ns 0)" "$client" --daemon "$(control 0)" "$@" ;;
   run)
     links=${2:?links}
     [ "${3:-}" = "--" ] || die "usage: testbed.sh run LINKS -- CMD..."
