@@ -10,6 +10,8 @@
 #       endpoint; exits 1 with its log if it does not start. (No $(...): a subshell would
 #       lose the pid.)
 #   stop_daemons                             stops every daemon started so far
+# With insecure_daemons=1 the daemons run without keys (plaintext; loopback only), for
+# benchmarks that compare the two.
 daemon_pids=()
 key_dir=
 data_root=${data_root:-/}
@@ -38,12 +40,19 @@ start_daemon() {
   [ -n "$key_dir" ] || { echo "start_daemon: call make_keys first" >&2; exit 1; }
   mkdir -p "$dir"
   rm -f "$dir/endpoints.json"
-  cat > "$dir/config.json" <<JSON
+  if [ "${insecure_daemons:-0}" = 1 ]; then
+    cat > "$dir/config.json" <<JSON
+{"control_endpoint": "$control", "data_endpoint": "$data", "insecure": true, "data_roots": ["$data_root"],
+ "state_dir": "$dir", "torch_threads": 1}
+JSON
+  else
+    cat > "$dir/config.json" <<JSON
 {"control_endpoint": "$control", "data_endpoint": "$data",
  "secret_key_file": "$key_dir/daemon$daemons_started.key", "authorized_keys": "$key_dir/authorized_keys",
  "known_daemons": "$key_dir/known_daemons", "data_roots": ["$data_root"],
  "state_dir": "$dir", "torch_threads": 1}
 JSON
+  fi
   daemons_started=$((daemons_started + 1))
   "$binary" --config "$dir/config.json" > "$dir/daemon.log" 2>&1 &
   daemon_pids+=($!)
@@ -54,8 +63,8 @@ JSON
     exit 1
   fi
   local line
-  line=$(python3 -c "import json, sys; e = json.load(open(sys.argv[1])); print(e['control'], e['public_key'])" "$dir/endpoints.json")
-  echo "$line" >> "$key_dir/known_daemons"
+  line=$(python3 -c "import json, sys; e = json.load(open(sys.argv[1])); print(e['control'], e.get('public_key', ''))" "$dir/endpoints.json")
+  [ "${insecure_daemons:-0}" = 1 ] || echo "$line" >> "$key_dir/known_daemons"
   printf -v "$var" '%s' "${line%% *}"
 }
 

@@ -68,7 +68,7 @@ void writeFrames(const fs::path& dir) {
     frame.tensor = compression::builtinCodecs().make(c.codec)->encode(torch::randn(c.shape).to(c.dtype));
     const std::string header = compression::encodeFrameHeader(frame);
     std::string input = {static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
-    write(dir, "frame-" + compression::toString(c.direction) + "-" + safeName(c.codec) + "-" + shapeName(c.shape),
+    write(dir, "frame-" + safeName(compression::toString(c.direction)) + "-" + safeName(c.codec) + "-" + shapeName(c.shape),
           input + header + frame.tensor.payload);
   }
 }
