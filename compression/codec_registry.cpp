@@ -4,6 +4,24 @@
 #include "scheduler/error.h"
 
 namespace skytrain::compression {
+
+void Codec::loadState(const CodecState& state) {
+  if (!state.empty()) throw WireError("codec " + spec() + " keeps no state, got \"" + state.front().first + "\"");
+}
+
+CodecState prefixedState(const std::string& prefix, const CodecState& state) {
+  CodecState out;
+  for (const auto& [name, tensor] : state) out.emplace_back(prefix + name, tensor);
+  return out;
+}
+
+CodecState stateUnder(const std::string& prefix, const CodecState& state) {
+  CodecState out;
+  for (const auto& [name, tensor] : state) {
+    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), tensor);
+  }
+  return out;
+}
 namespace {
 
 // Splits "a+ef(b+c)+d" at the '+' signs outside parentheses.

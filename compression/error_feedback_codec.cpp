@@ -6,6 +6,7 @@
 
 #include "compression/codec_util.h"
 #include "compression/codecs.h"
+#include "scheduler/error.h"
 
 namespace skytrain::compression {
 namespace {
@@ -30,6 +31,25 @@ class ErrorFeedbackCodec : public Codec {
     EncodedTensor inner = encoded;
     inner.codec = inner_->spec();
     return inner_->decode(inner);
+  }
+
+  CodecState state() const override {
+    CodecState out = prefixedState("inner.", inner_->state());
+    if (residual_.defined()) out.emplace_back("residual", residual_);
+    return out;
+  }
+
+  void loadState(const CodecState& state) override {
+    residual_ = at::Tensor();
+    for (const auto& [name, tensor] : state) {
+      if (name == "residual") {
+        if (tensor.scalar_type() != torch::kFloat) throw WireError("ef: residual is not float32");
+        residual_ = tensor.clone();
+      } else if (name.rfind("inner.", 0) != 0) {
+        throw WireError("ef: unexpected state \"" + name + "\"");
+      }
+    }
+    inner_->loadState(stateUnder("inner.", state));
   }
 
  private:

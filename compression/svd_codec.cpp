@@ -59,6 +59,28 @@ class SvdCodec : public Codec {
     return encoded;
   }
 
+  CodecState state() const override {
+    CodecState out = prefixedState("inner.", inner_->state());
+    out.emplace_back("generator", generator_.get_state());
+    return out;
+  }
+
+  void loadState(const CodecState& state) override {
+    for (const auto& [name, tensor] : state) {
+      if (name == "generator") {
+        if (tensor.scalar_type() != torch::kByte || tensor.dim() != 1) throw WireError("svd: generator state is not bytes");
+        try {
+          generator_.set_state(tensor);
+        } catch (const c10::Error& e) {
+          throw WireError(std::string("svd: bad generator state: ") + e.what_without_backtrace());
+        }
+      } else if (name.rfind("inner.", 0) != 0) {
+        throw WireError("svd: unexpected state \"" + name + "\"");
+      }
+    }
+    inner_->loadState(stateUnder("inner.", state));
+  }
+
   at::Tensor decode(const EncodedTensor& encoded) override {
     const auto [rows, cols] = matrixShape(encoded.shape, elementCount(encoded.shape));
     const int64_t r = rankFor(rows, cols);

@@ -73,6 +73,13 @@ class TopKCodec : public Codec {
       : fraction_(fraction), argument_(std::move(argument)), inner_(std::move(inner)) {}
 
   std::string spec() const override { return chainSpec(*inner_, "topk:" + argument_); }
+  CodecState state() const override { return prefixedState("inner.", inner_->state()); }
+  void loadState(const CodecState& state) override {
+    for (const auto& entry : state) {
+      if (entry.first.rfind("inner.", 0) != 0) throw WireError("topk: unexpected state \"" + entry.first + "\"");
+    }
+    inner_->loadState(stateUnder("inner.", state));
+  }
 
   int64_t keep(int64_t n) const {
     if (n == 0) return 0;

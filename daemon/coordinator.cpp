@@ -2,9 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
+#include <thread>
 #include <memory>
 
+#include "daemon/checkpoint.h"
+#include "daemon/heartbeat.h"
 #include "daemon/planning.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/messages.h"
@@ -23,13 +27,14 @@ constexpr int64_t kReplanLead = 3;
 }  // namespace
 
 Coordinator::Coordinator(zmq::context_t& context, JobTable& table, std::string jobId, protocol::JobSpec spec,
-                         std::string specText, CoordinatorOptions options)
+                         std::string specText, CoordinatorOptions options, bool resume)
     : context_(context),
       table_(table),
       jobId_(std::move(jobId)),
       spec_(std::move(spec)),
       specText_(std::move(specText)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      resume_(resume) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -42,7 +47,7 @@ protocol::ControlClient Coordinator::clientFor(int stage) {
   return protocol::ControlClient(context_, spec_.stages[stage].daemon, {options_.self, options_.stageKeys[stage]});
 }
 
-void Coordinator::prepareAndStart() {
+void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
   const int stages = static_cast<int>(spec_.stages.size());
   std::vector<std::string> data(stages);
   for (int i = 0; i < stages; ++i) {
@@ -52,10 +57,14 @@ void Coordinator::prepareAndStart() {
       prepare.stage = i;
       prepare.spec = specText_;
       prepare.coordinator = options_.selfControl;
+      prepare.attempt = attempt;
+      prepare.resumeStep = fromStep;
       const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);
       data[i] = reply.at("data_endpoint").get<std::string>();
-    } catch (const std::exception& e) {
+    } catch (const PeerError& e) {
       throw PeerError("stage " + std::to_string(i) + " (" + spec_.stages[i].daemon + "): " + e.what());
+    } catch (const std::exception& e) {
+      throw Error("stage " + std::to_string(i) + " (" + spec_.stages[i].daemon + "): " + e.what());
     }
   }
   // Last stage first: a stage accepts frames only once it knows its neighbours, and frames
@@ -113,72 +122,152 @@ bool Coordinator::requestProfiles(int64_t step) {
 
 void Coordinator::run() {
   try {
-    prepareAndStart();
-    table_.transition(jobId_, JobState::Running);
-    spdlog::info("job {}: running on {} stages", jobId_, spec_.stages.size());
-    int64_t profileStep = 0;
-    std::string reason = "initial plan";
-    bool awaitingProfiles = true;
-    size_t seenSteps = 0;
-    scheduler::ReplanMonitor monitor(kReplanTolerance, kReplanPatience);
-    // With m and the schedule both fixed by the spec, a new plan could change nothing.
-    const bool replannable = spec_.microBatches == 0 || spec_.schedule == "auto";
+    int attempt = resume_ ? table_.attempts(jobId_) + 1 : 0;
     while (true) {
-      table_.waitForChange(jobId_, std::chrono::milliseconds(200));
-      if (isTerminal(table_.state(jobId_))) break;
-      if (table_.allStagesDone(jobId_)) {
+      const int64_t from = table_.lastCheckpoint(jobId_);
+      if (attempt > 0) {
+        table_.addEvent(jobId_, from >= 0 ? "attempt " + std::to_string(attempt) + ": resuming from the checkpoint of step " +
+                                                std::to_string(from + 1)
+                                          : "attempt " + std::to_string(attempt) + ": no complete checkpoint, starting over");
+      }
+      std::string why;
+      Outcome outcome;
+      try {
+        outcome = runAttempt(attempt, from, why);
+      } catch (const PeerError& e) {
+        outcome = Outcome::Retry;
+        why = e.what();
+      } catch (const WireError& e) {  // a bad checkpoint: fall back to the one before
+        if (from < 0) throw;
+        table_.dropCheckpoint(jobId_, from);
+        outcome = Outcome::Retry;
+        why = std::string(e.what()) + "; falling back to the previous checkpoint";
+      }
+      if (outcome == Outcome::Retry && from >= 0 && why.find(kBadCheckpoint) != std::string::npos) {
+        table_.dropCheckpoint(jobId_, from);
+        why += "; falling back to the previous checkpoint";
+      }
+      if (outcome == Outcome::Succeeded) {
         table_.transition(jobId_, JobState::Succeeded);
         break;
       }
-      if (stopping_) {
-        table_.transition(jobId_, JobState::Failed, "the coordinating daemon shut down");
-        break;
+      abortStages();
+      if (outcome != Outcome::Retry) break;
+      table_.addEvent(jobId_, why);
+      if (table_.dryRun(jobId_)) throw Error(why);
+      if (table_.restarts(jobId_) >= spec_.failure.maxRestarts) {
+        throw Error("gave up after " + std::to_string(table_.restarts(jobId_)) + " restarts (failure.max_restarts); last: " + why);
       }
-      if (awaitingProfiles) {
-        const auto profiles = table_.takeProfiles(jobId_, profileStep);
-        if (!profiles) continue;
-        plan(*profiles, profileStep, reason);
-        if (table_.dryRun(jobId_)) {
-          table_.transition(jobId_, JobState::Succeeded);
-          break;
-        }
-        awaitingProfiles = false;
-        monitor.reset();
-        continue;
+      table_.countRestart(jobId_);
+      if (!waitForStages()) {
+        throw Error("a stage daemon did not answer within " + std::to_string(spec_.failure.restartTimeoutS) +
+                    " s (failure.restart_timeout_s) after: " + why);
       }
-      if (!replannable) continue;
-      const auto rows = table_.steps(jobId_, seenSteps);
-      for (const auto& row : rows) {
-        ++seenSteps;
-        const int64_t step = row["step"].get<int64_t>();
-        if (step <= profileStep) continue;  // the first step under a plan pays for new buffer sizes
-        const double measured = row["step_s"].get<double>();
-        if (!monitor.observe(predictedStepSeconds_, measured)) continue;
-        const int64_t at = step + kReplanLead;
-        std::vector<nlohmann::json> underPlan;
-        for (const auto& r : table_.steps(jobId_, 0)) {
-          if (r["step"].get<int64_t>() > profileStep) underPlan.push_back(r);
-        }
-        calibration_ = measuredCalibration(profiled_, plannedMicroBatches_, underPlan);
-        char why[160];
-        std::snprintf(why, sizeof why, "re-plan: measured %.4f s/step vs predicted %.4f s for %d steps", measured,
-                      predictedStepSeconds_, kReplanPatience);
-        spdlog::info("job {}: {}; profiling again before step {}", jobId_, why, at);
-        if (requestProfiles(at)) {
-          profileStep = at;
-          reason = why;
-          awaitingProfiles = true;
-        }
-        break;
-      }
+      ++attempt;
     }
   } catch (const std::exception& e) {
+    abortStages();
     table_.transition(jobId_, JobState::Failed, e.what());
   }
-  const JobState final = table_.state(jobId_);
-  if (final != JobState::Succeeded || table_.dryRun(jobId_)) abortStages();
-  spdlog::info("job {}: {}", jobId_, toString(final));
+  spdlog::info("job {}: {}", jobId_, toString(table_.state(jobId_)));
   finished_ = true;
+}
+
+bool Coordinator::waitForStages() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(spec_.failure.restartTimeoutS);
+  double backoff = 0.25;
+  while (!stopping_) {
+    bool all = true;
+    for (int i = 0; i < static_cast<int>(spec_.stages.size()) && all; ++i) {
+      try {
+        clientFor(i).request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
+      } catch (const std::exception&) {
+        all = false;
+      }
+    }
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    backoff = std::min(backoff * 2, 5.0);
+  }
+  return false;
+}
+
+Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std::string& why) {
+  const bool resumed = fromStep >= 0;
+  table_.beginAttempt(jobId_, attempt, fromStep);
+  try {
+    prepareAndStart(attempt, fromStep);
+  } catch (const PeerError& e) {
+    if (attempt == 0) throw Error(e.what());  // never ran: an unreachable stage is the user's to fix
+    throw;
+  }
+  std::vector<HeartbeatTarget> targets;
+  for (int i = 0; i < static_cast<int>(spec_.stages.size()); ++i) {
+    targets.push_back({spec_.stages[i].daemon, {options_.self, options_.stageKeys[i]}});
+  }
+  HeartbeatMonitor heartbeats(context_, jobId_, std::move(targets), spec_.failure.heartbeatS, spec_.failure.misses);
+  spdlog::info("job {}: attempt {} running on {} stages{}", jobId_, attempt, spec_.stages.size(),
+               resumed ? " from the checkpoint of step " + std::to_string(fromStep) : "");
+  int64_t profileStep = resumed ? fromStep + 1 : 0;
+  std::string reason = "initial plan";
+  // A resumed stage runs under its checkpoint's plan, without profiling.
+  bool awaitingProfiles = !resumed;
+  size_t seenSteps = static_cast<size_t>(fromStep + 1);
+  scheduler::ReplanMonitor monitor(kReplanTolerance, kReplanPatience);
+  // With m and the schedule both fixed by the spec, a new plan could change nothing; a
+  // resumed attempt keeps its checkpoint's plan (exact resume), so it does not re-plan.
+  const bool replannable = (spec_.microBatches == 0 || spec_.schedule == "auto") && !resumed;
+  while (true) {
+    table_.waitForChange(jobId_, std::chrono::milliseconds(100));
+    const JobState state = table_.state(jobId_);
+    if (state == JobState::Cancelled) return Outcome::Cancelled;
+    if (isTerminal(state)) return Outcome::Stopped;
+    if (table_.allStagesDone(jobId_)) return Outcome::Succeeded;
+    if (stopping_) return Outcome::Stopped;  // this daemon shuts down: the job stays unfinished, to resume
+    if (auto failure = table_.stageFailure(jobId_)) {
+      why = *failure;
+      return Outcome::Retry;
+    }
+    if (auto lost = heartbeats.lost()) {
+      why = *lost;
+      return Outcome::Retry;
+    }
+    if (awaitingProfiles) {
+      const auto profiles = table_.takeProfiles(jobId_, profileStep);
+      if (!profiles) continue;
+      plan(*profiles, profileStep, reason);
+      if (table_.dryRun(jobId_)) return Outcome::Succeeded;
+      awaitingProfiles = false;
+      monitor.reset();
+      continue;
+    }
+    if (!replannable) continue;
+    const auto rows = table_.steps(jobId_, seenSteps);
+    for (const auto& row : rows) {
+      ++seenSteps;
+      const int64_t step = row["step"].get<int64_t>();
+      if (step <= profileStep) continue;  // the first step under a plan pays for new buffer sizes
+      const double measured = row["step_s"].get<double>();
+      if (!monitor.observe(predictedStepSeconds_, measured)) continue;
+      const int64_t at = step + kReplanLead;
+      std::vector<nlohmann::json> underPlan;
+      for (const auto& r : table_.steps(jobId_, 0)) {
+        if (r["step"].get<int64_t>() > profileStep) underPlan.push_back(r);
+      }
+      calibration_ = measuredCalibration(profiled_, plannedMicroBatches_, underPlan);
+      char text[160];
+      std::snprintf(text, sizeof text, "re-plan: measured %.4f s/step vs predicted %.4f s for %d steps", measured,
+                    predictedStepSeconds_, kReplanPatience);
+      spdlog::info("job {}: {}; profiling again before step {}", jobId_, text, at);
+      if (requestProfiles(at)) {
+        profileStep = at;
+        reason = text;
+        awaitingProfiles = true;
+      }
+      break;
+    }
+  }
 }
 
 void Coordinator::abortStages() {

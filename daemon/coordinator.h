@@ -25,16 +25,24 @@ struct CoordinatorOptions {
 
 class Coordinator {
  public:
+  // resume: the job was left unfinished (this daemon restarted) or is resumed by request;
+  // it goes on from its last complete checkpoint.
   Coordinator(zmq::context_t& context, JobTable& table, std::string jobId, protocol::JobSpec spec,
-              std::string specText, CoordinatorOptions options);
+              std::string specText, CoordinatorOptions options, bool resume = false);
   ~Coordinator();  // stops and joins
 
   void stop() { stopping_ = true; }
   bool finished() const { return finished_.load(); }
 
  private:
+  enum class Outcome { Succeeded, Cancelled, Stopped, Retry };
   void run();
-  void prepareAndStart();
+  // One attempt from the checkpoint after `fromStep` (-1: from scratch). Throws on a final
+  // failure; returns Retry with `why` set when a restart may help.
+  Outcome runAttempt(int attempt, int64_t fromStep, std::string& why);
+  // Waits (with back-off, up to the spec's restart_timeout_s) until every stage daemon answers.
+  bool waitForStages();
+  void prepareAndStart(int attempt, int64_t fromStep);
   // Plans from the profiles taken before `step` and sends the plan to every stage.
   void plan(const std::vector<nlohmann::json>& profiles, int64_t step, const std::string& reason);
   // Asks every stage to profile again before `step`; false if one had passed it already.
@@ -50,6 +58,7 @@ class Coordinator {
   protocol::JobSpec spec_;
   std::string specText_;
   CoordinatorOptions options_;
+  bool resume_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> finished_{false};
   double predictedStepSeconds_ = 0;

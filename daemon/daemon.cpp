@@ -80,7 +80,7 @@ Daemon::Daemon(DaemonConfig config)
   dataEndpoint_ = config_.advertiseDataEndpoint.empty() ? advertisedEndpoint(router_->boundEndpoint(), config_.advertiseHost)
                                                         : config_.advertiseDataEndpoint;
   jobs_ = std::make_unique<JobTable>(config_.stateDir);
-  jobs_->load();
+  unfinished_ = jobs_->load();
   StageHostOptions hostOptions;
   hostOptions.stateDir = config_.stateDir;
   hostOptions.dataEndpoint = dataEndpoint_;
@@ -140,6 +140,11 @@ std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
 }
 
 void Daemon::run() {
+  for (const auto& id : unfinished_) {
+    jobs_->addEvent(id, "the coordinating daemon restarted; resuming");
+    coordinate(id, /*resume=*/true);
+  }
+  unfinished_.clear();
   auto lastBeat = std::chrono::steady_clock::now() - std::chrono::seconds(10);
   while (!stopping_) {
     if (protocol::waitReadable(control_, std::chrono::milliseconds(100))) {
@@ -220,13 +225,15 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
   }
   const bool stageRequest = std::holds_alternative<StagePrepare>(request) || std::holds_alternative<StageStart>(request) ||
                             std::holds_alternative<StageAbort>(request) || std::holds_alternative<StagePlan>(request) ||
-                            std::holds_alternative<StageProfile>(request);
+                            std::holds_alternative<StageProfile>(request) ||
+                            std::holds_alternative<StageHeartbeat>(request);
   if (stageRequest && !caller.isDaemon()) refuse(typeName(request) + " is for daemons");
   if (const auto* m = std::get_if<StagePrepare>(&request)) return stages_->prepare(*m, caller.key);
   if (const auto* m = std::get_if<StageStart>(&request)) return stages_->start(*m, caller.key);
   if (const auto* m = std::get_if<StageAbort>(&request)) return stages_->abort(*m, caller.key);
   if (const auto* m = std::get_if<StagePlan>(&request)) return stages_->plan(*m, caller.key);
   if (const auto* m = std::get_if<StageProfile>(&request)) return stages_->profile(*m, caller.key);
+  if (const auto* m = std::get_if<StageHeartbeat>(&request)) return stages_->heartbeat(*m, caller.key);
   if (!caller.isUser()) refuse(typeName(request) + " is for clients");
   if (const auto* m = std::get_if<Submit>(&request)) return submit(*m, caller);
   if (const auto* m = std::get_if<Status>(&request)) {
@@ -237,6 +244,7 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
     return {{"ok", true}, {"jobs", jobs_->list(caller.isAdmin() ? std::nullopt : std::optional(caller.key))}};
   }
   if (const auto* m = std::get_if<Cancel>(&request)) return cancel(*m, caller);
+  if (const auto* m = std::get_if<Resume>(&request)) return resume(*m, caller);
   throw Error("unhandled request type \"" + typeName(request) + "\"");
 }
 
@@ -275,11 +283,28 @@ Json Daemon::submit(const protocol::Submit& request, const Caller& caller) {
   checkCodecs(spec);
   const auto keys = stageKeys(spec);
   const std::string id = jobs_->create(spec, request.spec, {caller.key, caller.name}, keys, request.dryRun);
-  CoordinatorOptions options{controlEndpoint_, access_->self(), keys};
-  coordinators_[id] = std::make_unique<Coordinator>(context_, *jobs_, id, spec, request.spec, std::move(options));
+  coordinate(id, /*resume=*/false);
   spdlog::info("job {} (\"{}\"): submitted by {}, {} stages, {} steps", id, spec.name, caller.describe(),
                spec.stages.size(), spec.steps);
   return {{"ok", true}, {"job", id}};
+}
+
+void Daemon::coordinate(const std::string& id, bool resume) {
+  auto [text, keys] = jobs_->launchInfo(id);
+  CoordinatorOptions options{controlEndpoint_, access_->self(), std::move(keys)};
+  coordinators_[id] = std::make_unique<Coordinator>(context_, *jobs_, id, protocol::parseJobSpec(text), text,
+                                                    std::move(options), resume);
+}
+
+Json Daemon::resume(const protocol::Resume& request, const Caller& caller) {
+  checkOwner(request.job, caller, "resuming");
+  reapCoordinators();
+  if (coordinators_.count(request.job)) throw Error("job " + request.job + " is still being coordinated");
+  if (!jobs_->reopen(request.job, "resumed by " + caller.describe())) {
+    throw Error("job " + request.job + " is " + toString(jobs_->state(request.job)) + ": only a failed or cancelled job resumes");
+  }
+  coordinate(request.job, /*resume=*/true);
+  return {{"ok", true}, {"job", request.job}, {"from_step", jobs_->lastCheckpoint(request.job) + 1}};
 }
 
 Json Daemon::cancel(const protocol::Cancel& request, const Caller& caller) {

@@ -56,6 +56,9 @@ class Daemon {
   protocol::Json handle(const protocol::Request& request, const Caller& caller);
   protocol::Json submit(const protocol::Submit& request, const Caller& caller);
   protocol::Json cancel(const protocol::Cancel& request, const Caller& caller);
+  protocol::Json resume(const protocol::Resume& request, const Caller& caller);
+  // Starts a coordinator for a job in the table; resume: from its last complete checkpoint.
+  void coordinate(const std::string& id, bool resume);
   protocol::Json ping(const Caller& caller) const;
   void report(const protocol::StageReport& report, const Caller& caller);
   // Throws unless the caller owns the job or is an admin.
@@ -77,6 +80,7 @@ class Daemon {
   std::unique_ptr<DataRouter> router_;
   std::unique_ptr<JobTable> jobs_;
   std::unique_ptr<StageHost> stages_;
+  std::vector<std::string> unfinished_;  // jobs to resume when run() begins
   std::map<std::string, std::unique_ptr<Coordinator>> coordinators_;  // control thread only
   std::atomic<bool> stopping_{false};
   std::atomic<bool> reloadRequested_{false};

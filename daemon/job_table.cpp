@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -57,8 +58,15 @@ JobTable::JobTable(std::string stateDir) : stateDir_(std::move(stateDir)) {
 
 std::string JobTable::jobDir(const std::string& id) const { return stateDir_ + "/jobs/" + id; }
 
-void JobTable::load() {
+std::pair<std::string, std::vector<std::string>> JobTable::launchInfo(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mutex_);
+  const Record& r = find(id);
+  return {r.specText, r.stageKeys};
+}
+
+std::vector<std::string> JobTable::load() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> unfinished;
   for (const auto& entry : std::filesystem::directory_iterator(stateDir_ + "/jobs")) {
     const std::string path = entry.path().string() + "/record.json";
     try {
@@ -79,23 +87,29 @@ void JobTable::load() {
       r.ownerKey = doc.value("owner_key", "");
       r.ownerName = doc.value("owner", "");
       r.stageKeys = doc.value("stage_keys", std::vector<std::string>(r.spec.stages.size()));
+      r.attempt = doc.value("attempt", 0);
+      r.restarts = doc.value("restarts", 0);
+      r.checkpoints = doc.value("checkpoints", std::vector<int64_t>{});
+      r.events = doc.value("events", std::vector<Json>{});
       if (r.stageKeys.size() != r.spec.stages.size()) throw Error("stage_keys does not match the spec's stages");
       std::ifstream metrics(entry.path().string() + "/metrics.jsonl");
       for (std::string line; std::getline(metrics, line);) {
         if (!line.empty()) r.steps.push_back(Json::parse(line));
       }
-      if (!isTerminal(r.state)) {
+      if (!isTerminal(r.state) && r.dryRun) {
         r.state = JobState::Failed;
-        r.error = "the coordinating daemon stopped while the job was " + doc.at("state").get<std::string>();
+        r.error = "the coordinating daemon stopped during the dry run";
         r.finishedAt = now();
         persist(r);
       }
+      if (!isTerminal(r.state)) unfinished.push_back(r.id);
       records_[r.id] = std::move(r);
     } catch (const std::exception& e) {
       spdlog::warn("jobs: skipped unreadable record {}: {}", path, e.what());
     }
   }
-  spdlog::info("jobs: loaded {} job records from {}", records_.size(), stateDir_);
+  spdlog::info("jobs: loaded {} job records from {} ({} unfinished)", records_.size(), stateDir_, unfinished.size());
+  return unfinished;
 }
 
 std::string JobTable::create(const protocol::JobSpec& spec, const std::string& specText,
@@ -163,6 +177,9 @@ Json JobTable::header(const Record& r) const {
           {"micro_batches", r.plans.empty() ? Json(r.spec.microBatches) : r.plans.back()["micro_batches"]},
           {"schedule", r.plans.empty() ? Json(r.spec.schedule) : r.plans.back()["schedule"]},
           {"dry_run", r.dryRun},
+          {"attempt", r.attempt},
+          {"restarts", r.restarts},
+          {"checkpoints", r.checkpoints},
           {"created_at", r.createdAt},
           {"finished_at", r.finishedAt}};
 }
@@ -225,6 +242,7 @@ Json JobTable::status(const std::string& id, size_t sinceStep) const {
   job["evals"] = r.evals;
   job["summary"] = summary(r);
   job["plans"] = r.plans;
+  job["events"] = r.events;
   return job;
 }
 
@@ -255,6 +273,7 @@ void JobTable::applyReport(const protocol::StageReport& report) {
   std::lock_guard<std::mutex> lock(mutex_);
   Record& r = find(report.job);
   const int stage = report.stage;
+  if (report.attempt != r.attempt) return;  // a late report of an aborted attempt
   if (stage >= static_cast<int>(r.spec.stages.size())) {
     throw WireError("report for job " + r.id + " names stage " + std::to_string(stage) + ", which does not exist");
   }
@@ -273,15 +292,110 @@ void JobTable::applyReport(const protocol::StageReport& report) {
     case ReportKind::Profile: r.profiles[report.step][stage] = report.profile; break;
     case ReportKind::Done: r.stagesDone.insert(stage); break;
     case ReportKind::Failed:
-      if (!isTerminal(r.state)) {
-        r.state = JobState::Failed;
-        r.error = "stage " + std::to_string(stage) + " (" + r.spec.stages[stage].daemon + "): " +
-                  (report.error.empty() ? "failed" : report.error);
-        r.finishedAt = now();
+      if (!r.stageFailure) {
+        r.stageFailure = "stage " + std::to_string(stage) + " (" + r.spec.stages[stage].daemon + "): " +
+                         (report.error.empty() ? "failed" : report.error);
+      }
+      break;
+    case ReportKind::Checkpoint: {
+      auto& confirmed = r.confirmations[report.step];
+      confirmed.insert(stage);
+      if (confirmed.size() == r.spec.stages.size()) {
+        r.confirmations.erase(report.step);
+        if (r.checkpoints.empty() || r.checkpoints.back() < report.step) r.checkpoints.push_back(report.step);
+        while (static_cast<int>(r.checkpoints.size()) > r.spec.checkpoint.keep) r.checkpoints.erase(r.checkpoints.begin());
         persist(r);
       }
       break;
+    }
   }
+  ++r.version;
+  changed_.notify_all();
+}
+
+bool JobTable::reopen(const std::string& id, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  if (r.state != JobState::Failed && r.state != JobState::Cancelled) return false;
+  r.state = JobState::Preparing;
+  r.error.clear();
+  r.finishedAt = 0;
+  r.restarts = 0;
+  r.events.push_back({{"time", now()}, {"step", r.steps.size()}, {"message", why}});
+  persist(r);
+  changed(r);
+  return true;
+}
+
+void JobTable::beginAttempt(const std::string& id, int attempt, int64_t fromStep) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  r.attempt = attempt;
+  r.stagesDone.clear();
+  r.pending.clear();
+  r.profiles.clear();
+  r.confirmations.clear();
+  r.stageFailure.reset();
+  const size_t keep = static_cast<size_t>(fromStep + 1);
+  if (r.steps.size() > keep) {
+    r.steps.resize(keep);
+    std::string rows;
+    for (const auto& row : r.steps) rows += row.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+    writeFileAtomic(jobDir(r.id) + "/metrics.jsonl", rows);
+  }
+  r.evals.erase(std::remove_if(r.evals.begin(), r.evals.end(),
+                               [&](const Json& e) { return e["step"].get<int64_t>() > fromStep; }),
+                r.evals.end());
+  if (!isTerminal(r.state)) r.state = JobState::Running;
+  persist(r);
+  changed(r);
+}
+
+int JobTable::attempts(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return find(id).attempt;
+}
+
+int JobTable::restarts(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return find(id).restarts;
+}
+
+void JobTable::countRestart(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  ++r.restarts;
+  persist(r);
+}
+
+std::optional<std::string> JobTable::stageFailure(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return find(id).stageFailure;
+}
+
+int64_t JobTable::lastCheckpoint(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Record& r = find(id);
+  return r.checkpoints.empty() ? -1 : r.checkpoints.back();
+}
+
+void JobTable::dropCheckpoint(const std::string& id, int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  r.checkpoints.erase(std::remove(r.checkpoints.begin(), r.checkpoints.end(), step), r.checkpoints.end());
+  persist(r);
+}
+
+void JobTable::addEvent(const std::string& id, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(id);
+  r.events.push_back({{"time", now()}, {"step", r.steps.size()}, {"message", message}});
+  spdlog::info("job {}: {}", id, message);
+  persist(r);
+  changed(r);
+}
+
+void JobTable::changed(Record& r) {
   ++r.version;
   changed_.notify_all();
 }
@@ -366,6 +480,7 @@ void JobTable::persist(const Record& r) const {
   Json doc = header(r);
   doc["spec"] = r.specText;
   doc["owner_key"] = r.ownerKey;
+  doc["events"] = r.events;
   doc["stage_keys"] = r.stageKeys;
   doc["evals"] = r.evals;
   doc["plans"] = r.plans;

@@ -30,9 +30,9 @@ class JobTable {
  public:
   explicit JobTable(std::string stateDir);
 
-  // Loads the records under state_dir; a job that was not finished when the daemon
-  // stopped is marked failed, its metrics kept. Unreadable records are skipped (logged).
-  void load();
+  // Loads the records under state_dir; unreadable records are skipped (logged). Returns
+  // the jobs that were not finished when the daemon stopped: their coordinators resume them.
+  std::vector<std::string> load();
 
   // owner: the submitting key and its name; stageKeys: the public key of each stage's
   // daemon ("" when insecure), the only senders of that stage's reports.
@@ -40,6 +40,8 @@ class JobTable {
                      std::pair<std::string, std::string> owner, std::vector<std::string> stageKeys,
                      bool dryRun = false);
   std::string jobDir(const std::string& id) const;
+  // What a coordinator needs to take a job up again: its spec text and stage keys.
+  std::pair<std::string, std::vector<std::string>> launchInfo(const std::string& id) const;
 
   // Throws skytrain::Error if the job is unknown.
   Json status(const std::string& id, size_t sinceStep) const;
@@ -52,6 +54,22 @@ class JobTable {
 
   // Moves a job to `state` unless it is already terminal (then returns false).
   bool transition(const std::string& id, JobState state, const std::string& error = "");
+  // A failed or cancelled job back to preparing (skytrain resume); false if it is not.
+  bool reopen(const std::string& id, const std::string& why);
+
+  // Attempts and restarts. beginAttempt forgets the reports of earlier attempts and the
+  // steps after `fromStep` (they will be run again), and moves the job to running.
+  void beginAttempt(const std::string& id, int attempt, int64_t fromStep);
+  int attempts(const std::string& id) const;
+  int restarts(const std::string& id) const;
+  void countRestart(const std::string& id);
+  // A stage's reported failure in the current attempt.
+  std::optional<std::string> stageFailure(const std::string& id) const;
+  // The newest checkpoint every stage confirmed (-1: none); forgets a bad one.
+  int64_t lastCheckpoint(const std::string& id) const;
+  void dropCheckpoint(const std::string& id, int64_t step);
+  // A line of the job's story (failures, restarts), shown by status and the progress stream.
+  void addEvent(const std::string& id, const std::string& message);
   // Applies a stage's report (step, eval, profile, done or failed); the caller has checked
   // who sent it.
   void applyReport(const protocol::StageReport& report);
@@ -80,6 +98,12 @@ class JobTable {
     double createdAt = 0;
     double finishedAt = 0;
     std::set<int> stagesDone;  // stages that reported done
+    int attempt = 0;
+    int restarts = 0;
+    std::optional<std::string> stageFailure;
+    std::vector<int64_t> checkpoints;                 // complete, oldest first
+    std::map<int64_t, std::set<int>> confirmations;  // step -> stages that wrote it
+    std::vector<Json> events;
     bool dryRun = false;
     uint64_t version = 0;  // bumped on every change, for waitForChange
     std::vector<Json> plans;  // each with from_step and reason; the last is in force
@@ -95,6 +119,7 @@ class JobTable {
   Json header(const Record& r) const;
   void persist(const Record& r) const;
   void completeSteps(Record& r);
+  void changed(Record& r);
 
   std::string stateDir_;
   mutable std::mutex mutex_;

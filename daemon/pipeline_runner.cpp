@@ -82,6 +82,7 @@ void PipelineRunner::setPlan(const RunPlan& plan) {
                                       plan.warmups);
   const std::string problem = scheduler::validateSchedule(schedule_);
   if (!problem.empty()) throw Error("plan: schedule " + scheduler::toString(plan.schedule) + ": " + problem);
+  plan_ = plan;
 }
 
 void PipelineRunner::connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next) {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "compression/codec.h"
+#include "daemon/checkpoint.h"
 #include "daemon/peer_link.h"
 #include "daemon/protocol/job_spec.h"
 #include "scheduler/schedule.h"
@@ -68,7 +69,14 @@ class PipelineRunner {
   void setAbortCheck(std::function<bool()> check) { aborted_ = std::move(check); }
 
   void setPlan(const RunPlan& plan);
+  const RunPlan& plan() const { return plan_; }
   int microBatches() const { return schedule_.microBatches; }
+
+  // Checkpoints (runner_state.cpp), at a step boundary: a copy of everything the run's
+  // future depends on — parameters, AdamW state, codec state, the CPU RNG, the plan — and
+  // its restoration, which checks every tensor's name, shape and dtype.
+  StageSnapshot snapshot(const std::string& jobId, int64_t step) const;
+  void restore(const StageSnapshot& snapshot);
 
   // Profiling (profiler.cpp), run by every stage at the same step boundary: compute times
   // and frame bytes at a few micro-batch sizes through the job's codecs, then the links —
@@ -112,6 +120,7 @@ class PipelineRunner {
   uint64_t jobKey_;
   double memoryBudgetBytes_;
   scheduler::Schedule schedule_;
+  RunPlan plan_;
   std::unique_ptr<stages::Stage> model_;
   std::unique_ptr<stages::TextDataSource> data_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -8,11 +8,11 @@
 
 namespace skytrain::daemon {
 
-uint64_t jobKey(const std::string& jobId) {
+uint64_t jobKey(const std::string& jobId, int attempt) {
   if (jobId.size() != 16 || jobId.find_first_not_of("0123456789abcdef") != std::string::npos) {
     throw Error("job id \"" + jobId + "\" is not 16 lowercase hex digits");
   }
-  return std::stoull(jobId, nullptr, 16);
+  return std::stoull(jobId, nullptr, 16) ^ (static_cast<uint64_t>(attempt) * 0x9e3779b97f4a7c15ULL);
 }
 
 StageHost::StageHost(zmq::context_t& context, DataRouter& router, StageHostOptions options)
@@ -38,7 +38,9 @@ StageWorker& StageHost::find(const protocol::StageRef& ref, const std::string& c
 protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const std::string& caller) {
   StageAssignment a;
   a.jobId = request.job;
-  a.jobKey = jobKey(a.jobId);
+  a.attempt = request.attempt;
+  a.jobKey = jobKey(a.jobId, a.attempt);
+  a.resumeStep = request.resumeStep;
   a.stage = request.stage;
   a.spec = protocol::parseJobSpec(request.spec);
   a.coordinator = request.coordinator;
@@ -49,7 +51,17 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
     throw Error("stage " + std::to_string(a.stage) + " is not in the job's spec");
   }
   const auto key = std::make_pair(a.jobId, a.stage);
-  if (workers_.count(key)) throw Error("stage " + std::to_string(a.stage) + " of job " + a.jobId + " is already here");
+  if (auto it = workers_.find(key); it != workers_.end()) {
+    // A restarted attempt (or a restarted coordinator) replaces an earlier one of its own.
+    const auto& old = it->second->assignment();
+    if (old.coordinatorKey != caller || old.attempt >= a.attempt) {
+      throw Error("stage " + std::to_string(a.stage) + " of job " + a.jobId + " attempt " + std::to_string(old.attempt) +
+                  " is already here");
+    }
+    it->second->abort();
+    retired_.push_back(std::move(it->second));
+    workers_.erase(it);
+  }
   // Bounded input: data under the data roots, memory within the budget, before anything
   // is allocated.
   resolveDataFiles(a.spec, a.stage, options_.dataRoots);
@@ -94,6 +106,11 @@ protocol::Json StageHost::plan(const protocol::StagePlan& request, const std::st
   return {{"ok", true}};
 }
 
+protocol::Json StageHost::heartbeat(const protocol::StageHeartbeat& request, const std::string& caller) {
+  find(request, caller).touch();
+  return {{"ok", true}};
+}
+
 protocol::Json StageHost::profile(const protocol::StageProfile& request, const std::string& caller) {
   if (!find(request, caller).requestProfile(static_cast<int>(request.atStep))) {
     throw Error("stage " + std::to_string(request.stage) + " has already begun step " + std::to_string(request.atStep));
@@ -102,7 +119,22 @@ protocol::Json StageHost::profile(const protocol::StageProfile& request, const s
 }
 
 void StageHost::reap() {
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (!(*it)->finished()) {
+      ++it;
+      continue;
+    }
+    router_.close((*it)->assignment().jobKey, static_cast<uint16_t>((*it)->assignment().stage));
+    it = retired_.erase(it);
+  }
   for (auto it = workers_.begin(); it != workers_.end();) {
+    const auto& spec = it->second->assignment().spec;
+    if (!it->second->finished() && it->second->secondsSinceHeartbeat() > spec.failure.lostAfterS()) {
+      spdlog::warn("job {} stage {}: no heartbeat from the coordinator for {:.1f} s; aborting and freeing the stage",
+                   it->first.first, it->first.second, it->second->secondsSinceHeartbeat());
+      it->second->abort();
+      it->second->touch();  // warn once
+    }
     if (!it->second->finished()) {
       ++it;
       continue;

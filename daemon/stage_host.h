@@ -38,8 +38,10 @@ class StageHost {
   protocol::Json abort(const protocol::StageAbort& request, const std::string& caller);
   protocol::Json plan(const protocol::StagePlan& request, const std::string& caller);
   protocol::Json profile(const protocol::StageProfile& request, const std::string& caller);
+  protocol::Json heartbeat(const protocol::StageHeartbeat& request, const std::string& caller);
 
-  // Joins finished workers and closes their mailboxes.
+  // Aborts stages whose coordinator has been silent past their job's bound; joins finished
+  // workers and closes their mailboxes.
   void reap();
   size_t active() const { return workers_.size(); }
 
@@ -51,10 +53,12 @@ class StageHost {
   DataRouter& router_;
   StageHostOptions options_;
   std::map<std::pair<std::string, int>, std::unique_ptr<StageWorker>> workers_;  // (job, stage)
+  std::vector<std::unique_ptr<StageWorker>> retired_;  // earlier attempts, aborted, not yet joined
 };
 
-// A job id ("0123456789abcdef") as the 64-bit key in frames; throws skytrain::Error if it
-// is not 16 hex digits.
-uint64_t jobKey(const std::string& jobId);
+// A job id ("0123456789abcdef") as the 64-bit key in the frames of an attempt (attempts
+// after the first mix their number in, so frames of an aborted attempt are dropped);
+// throws skytrain::Error if it is not 16 hex digits.
+uint64_t jobKey(const std::string& jobId, int attempt = 0);
 
 }  // namespace skytrain::daemon

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "daemon/checkpoint.h"
 #include "daemon/files.h"
 #include "daemon/pipeline_runner.h"
 #include "daemon/protocol/control.h"
@@ -34,6 +35,10 @@ void StageWorker::start(const std::string& previousData, const std::string& prev
     started_ = true;
   }
   startSignal_.notify_all();
+}
+
+double StageWorker::secondsSinceHeartbeat() const {
+  return std::chrono::duration<double>(Clock::now() - Clock::time_point(Clock::duration(lastHeartbeat_.load()))).count();
 }
 
 void StageWorker::abort() {
@@ -103,6 +108,7 @@ void StageWorker::run() {
   auto report = [&](protocol::StageReport message) {
     message.job = a.jobId;
     message.stage = a.stage;
+    message.attempt = a.attempt;
     try {
       coordinator->post(protocol::toJson(message));
     } catch (const std::exception& e) {
@@ -115,16 +121,33 @@ void StageWorker::run() {
     message.step = step;
     return message;
   };
+  auto confirmCheckpoints = [&](CheckpointWriter& writer) {
+    for (int64_t step : writer.takeWritten()) report(simple(protocol::ReportKind::Checkpoint, step));
+  };
   try {
     PipelineRunner runner(a.spec, a.stage, a.jobKey, a.memoryBudgetBytes);
     runner.setAbortCheck([this] { return aborted_.load(); });
+    int firstStep = 0;
+    if (a.resumeStep >= 0) {
+      try {
+        runner.restore(loadCheckpoint(a.jobDir, a.jobId, a.resumeStep, a.stage));
+      } catch (const WireError& e) {
+        throw WireError(std::string(kBadCheckpoint) + e.what());
+      }
+      firstStep = static_cast<int>(a.resumeStep) + 1;
+      std::lock_guard<std::mutex> lock(mutex_);
+      profileAt_ = -1;  // the checkpoint's plan stands: a resumed run repeats the original exactly
+      spdlog::info("job {} stage {}: restored the checkpoint of step {} (attempt {})", a.jobId, a.stage, a.resumeStep,
+                   a.attempt);
+    }
+    CheckpointWriter writer(a.jobDir, a.stage, a.spec.checkpoint.keep);
     if (!waitForStart()) throw Aborted{};
     runner.connect(runner.isFirst() ? nullptr
                                     : makeZmqPeerLink(context_, previousData_, {a.self, previousKey_}, mailbox_->fromPrevious),
                    runner.isLast() ? nullptr : makeZmqPeerLink(context_, nextData_, {a.self, nextKey_}, mailbox_->fromNext));
-    spdlog::info("job {} stage {}: running {} steps", a.jobId, a.stage, a.spec.steps);
+    spdlog::info("job {} stage {}: running steps {}..{}", a.jobId, a.stage, firstStep, a.spec.steps - 1);
     const int steps = a.spec.steps;
-    for (int step = 0; step < steps; ++step) {
+    for (int step = firstStep; step < steps; ++step) {
       if (aborted_) throw Aborted{};
       if (profileDue(step)) {
         auto message = simple(protocol::ReportKind::Profile, step);
@@ -136,6 +159,14 @@ void StageWorker::run() {
                      scheduler::toString(plan.schedule));
       }
       const StepStats stats = runner.runStep(static_cast<uint64_t>(step));
+      const bool last = step + 1 == steps;
+      const int every = a.spec.checkpoint.interval;
+      double checkpointSeconds = 0;
+      if (last || (every > 0 && (step + 1) % every == 0)) {
+        const auto start = Clock::now();
+        writer.write(step, runner.snapshot(a.jobId, step));  // a copy; written in the background
+        checkpointSeconds = secondsSince(start);
+      }
       auto message = simple(protocol::ReportKind::Step, step);
       if (!std::isnan(stats.loss)) message.loss = stats.loss;
       message.stepSeconds = stats.stepSeconds;
@@ -143,8 +174,9 @@ void StageWorker::run() {
       message.bytesSent = static_cast<double>(stats.bytesSent);
       message.bytesRaw = static_cast<double>(stats.bytesRaw);
       message.microBatches = runner.microBatches();
+      message.checkpointSeconds = checkpointSeconds;
       report(std::move(message));
-      const bool last = step + 1 == steps;
+      confirmCheckpoints(writer);
       const int interval = a.spec.eval.interval;
       if (last || (interval > 0 && (step + 1) % interval == 0)) {
         if (auto loss = runner.runEval(static_cast<uint64_t>(step))) {
@@ -154,6 +186,8 @@ void StageWorker::run() {
         }
       }
     }
+    writer.drain();
+    confirmCheckpoints(writer);
     writeFileAtomic(a.jobDir + "/stage-" + std::to_string(a.stage) + ".pt", runner.serializedState());
     report(simple(protocol::ReportKind::Done, steps));
     spdlog::info("job {} stage {}: done", a.jobId, a.stage);

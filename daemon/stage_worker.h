@@ -17,12 +17,15 @@
 #include "daemon/pipeline_runner.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/keys.h"
+#include "daemon/timing.h"
 
 namespace skytrain::daemon {
 
 struct StageAssignment {
   std::string jobId;
-  uint64_t jobKey = 0;  // jobId as the 64-bit id in frames
+  uint64_t jobKey = 0;  // the 64-bit id in this attempt's frames (jobId mixed with the attempt)
+  int attempt = 0;
+  int64_t resumeStep = -1;  // restore the checkpoint after this step; -1: from scratch
   int stage = 0;
   protocol::JobSpec spec;
   std::string coordinator;  // control endpoint that receives stage.report messages
@@ -45,6 +48,9 @@ class StageWorker {
              const std::string& nextKey);
   void abort();
   bool finished() const { return finished_.load(); }
+  // A heartbeat from the coordinator; without one for the spec's bound, the stage aborts.
+  void touch() { lastHeartbeat_ = Clock::now().time_since_epoch().count(); }
+  double secondsSinceHeartbeat() const;
 
   // The coordinator's plan after a profile; the worker waits for it at that step boundary.
   void deliverPlan(const RunPlan& plan);
@@ -70,6 +76,7 @@ class StageWorker {
   std::string previousData_, previousKey_;
   std::string nextData_, nextKey_;
   std::atomic<bool> aborted_{false};
+  std::atomic<Clock::rep> lastHeartbeat_{Clock::now().time_since_epoch().count()};
   std::atomic<bool> finished_{false};
   std::thread thread_;  // owns the stage, its optimizer, data and sockets
 };

@@ -85,6 +85,14 @@ void ControlClient::post(const Json& message) {
   socket_->send(zmq::buffer(body), zmq::send_flags::none);
 }
 
+std::optional<Json> ControlClient::tryReceive() {
+  zmq::message_t frame;
+  if (!socket_->recv(frame, zmq::recv_flags::dontwait)) return std::nullopt;
+  return parseControlMessage(frame.data(), frame.size());
+}
+
+std::optional<std::string> ControlClient::handshakeFailure() { return monitor_->failure(); }
+
 Json ControlClient::request(Json message, std::chrono::milliseconds timeout) {
   const uint64_t id = nextId_++;
   message["id"] = id;

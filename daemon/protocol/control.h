@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "daemon/protocol/keys.h"
@@ -79,6 +80,10 @@ class ControlClient {
 
   // Sends a one-way message (no reply expected). Queued if the peer is not connected yet.
   void post(const Json& message);
+  // A reply that has arrived (to a posted message carrying an "id"), without waiting.
+  std::optional<Json> tryReceive();
+  // Why the CURVE handshake failed, if it did.
+  std::optional<std::string> handshakeFailure();
 
  private:
   void connect();

@@ -86,6 +86,24 @@ EvalSpec parseEval(ObjectReader r) {
   return e;
 }
 
+CheckpointSpec parseCheckpoint(ObjectReader r) {
+  CheckpointSpec c;
+  c.interval = static_cast<int>(r.integer("interval", c.interval, 0, kBig));
+  c.keep = static_cast<int>(r.integer("keep", c.keep, 1, 1000));
+  r.finish();
+  return c;
+}
+
+FailureSpec parseFailure(ObjectReader r) {
+  FailureSpec f;
+  f.heartbeatS = r.number("heartbeat_s", f.heartbeatS, 0.05, 3600);
+  f.misses = static_cast<int>(r.integer("misses", f.misses, 1, 1000));
+  f.maxRestarts = static_cast<int>(r.integer("max_restarts", f.maxRestarts, 0, 1000));
+  f.restartTimeoutS = r.number("restart_timeout_s", f.restartTimeoutS, 0, 86400 * 7);
+  r.finish();
+  return f;
+}
+
 StageSpec parseStage(ObjectReader r, int modelLayers) {
   StageSpec s;
   s.daemon = r.string("daemon", std::nullopt);
@@ -168,6 +186,8 @@ JobSpec parseJobSpec(const std::string& text) {
     spec.compression = parseCompression(ObjectReader(*c, "$.compression"));
   }
   if (const json* e = r.child("eval", false)) spec.eval = parseEval(ObjectReader(*e, "$.eval"));
+  if (const json* c = r.child("checkpoint", false)) spec.checkpoint = parseCheckpoint(ObjectReader(*c, "$.checkpoint"));
+  if (const json* f = r.child("failure", false)) spec.failure = parseFailure(ObjectReader(*f, "$.failure"));
   const json* stages = r.child("stages", true);
   if (!stages->is_array() || stages->empty() || stages->size() > 64) {
     throw SpecError("$.stages", "expected an array of 1..64 stages, got " + describe(*stages));

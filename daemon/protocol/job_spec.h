@@ -68,6 +68,25 @@ struct EvalSpec {
   int samples = 64;  // validation sequences per pass
 };
 
+// Checkpoints: every `interval` steps (and after the last), each stage writes its state;
+// the last `keep` complete checkpoints are kept. interval 0: only after the last step.
+struct CheckpointSpec {
+  int interval = 50;
+  int keep = 3;
+};
+
+// Failure handling: heartbeats every heartbeat_s; a daemon silent for `misses` of them is
+// lost; the job restarts from its last complete checkpoint up to max_restarts times,
+// waiting up to restart_timeout_s for a lost daemon to answer again.
+struct FailureSpec {
+  double heartbeatS = 1.0;
+  int misses = 3;
+  int maxRestarts = 3;
+  double restartTimeoutS = 60;
+
+  double lostAfterS() const { return heartbeatS * misses; }
+};
+
 struct JobSpec {
   std::string name = "job";
   uint64_t seed = 0;
@@ -80,6 +99,8 @@ struct JobSpec {
   OptimizerSpec optimizer;
   CompressionSpec compression;
   EvalSpec eval;
+  CheckpointSpec checkpoint;
+  FailureSpec failure;
   double peerTimeoutS = 120;  // longest wait for a neighbour's frame before the job fails
   std::vector<StageSpec> stages;
 };

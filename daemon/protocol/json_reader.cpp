@@ -75,7 +75,7 @@ json parseBoundedJson(const std::string& text, size_t maxBytes, int maxDepth) {
   };
   try {
     return json::parse(text, callback);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e999
     throw SpecError("$", std::string("not valid JSON: ") + e.what());
   }
 }

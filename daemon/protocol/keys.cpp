@@ -69,7 +69,10 @@ std::string toString(Role role) {
 }
 
 bool isZ85Key(const std::string& text) {
-  if (text.size() != kZ85KeyLength) return false;
+  static const std::string kAlphabet =
+      "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+  // zmq_z85_decode stops at a NUL, so every character is checked here first.
+  if (text.size() != kZ85KeyLength || text.find_first_not_of(kAlphabet) != std::string::npos) return false;
   uint8_t bytes[32];
   return zmq_z85_decode(bytes, text.c_str()) != nullptr;
 }

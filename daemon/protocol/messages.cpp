@@ -55,14 +55,15 @@ double seconds(ObjectReader& r, const std::string& key) { return r.number(key, 0
 StageReport parseReport(ObjectReader& r) {
   StageReport m;
   readRef(r, m);
+  m.attempt = static_cast<int>(r.integer("attempt", 0, 0, 1 << 20));
   const std::string kind = r.string("kind", std::nullopt);
-  const ReportKind kinds[] = {ReportKind::Step, ReportKind::Eval, ReportKind::Profile, ReportKind::Done,
-                              ReportKind::Failed};
+  const ReportKind kinds[] = {ReportKind::Step, ReportKind::Eval, ReportKind::Profile, ReportKind::Checkpoint,
+                              ReportKind::Done, ReportKind::Failed};
   bool known = false;
   for (ReportKind k : kinds) {
     if (toString(k) == kind) m.kind = k, known = true;
   }
-  if (!known) throw SpecError(r.pathOf("kind"), describe(json(kind)) + " is unknown (valid: step, eval, profile, done, failed)");
+  if (!known) throw SpecError(r.pathOf("kind"), describe(json(kind)) + " is unknown (valid: step, eval, profile, checkpoint, done, failed)");
   m.step = r.integer("step", 0, 0, kBig);
   if (const json* loss = r.child("loss", false); loss && !loss->is_null()) {
     m.loss = r.number("loss", std::nullopt, -1e30, 1e30);
@@ -72,6 +73,7 @@ StageReport parseReport(ObjectReader& r) {
   m.bytesSent = r.number("bytes_sent", 0.0, 0.0, 1e18);
   m.bytesRaw = r.number("bytes_raw", 0.0, 0.0, 1e18);
   m.microBatches = static_cast<int>(r.integer("micro_batches", 0, 0, kBig));
+  m.checkpointSeconds = seconds(r, "checkpoint_s");
   if (const json* profile = r.child("profile", m.kind == ReportKind::Profile)) {
     if (!profile->is_object()) throw SpecError(r.pathOf("profile"), "expected an object");
     m.profile = *profile;
@@ -81,6 +83,28 @@ StageReport parseReport(ObjectReader& r) {
     throw SpecError(r.pathOf("loss"), "an eval report needs a loss");
   }
   return m;
+}
+
+PlanMessage parsePlan(ObjectReader& r) {
+  PlanMessage m;
+  m.microBatches = static_cast<int>(r.integer("micro_batches", std::nullopt, 1, 1 << 20));
+  m.schedule = boundedString(r, "schedule", std::nullopt, 32);
+  const json* warmups = r.child("warmups", false);
+  if (warmups) {
+    if (!warmups->is_array() || warmups->size() > 64) throw SpecError(r.pathOf("warmups"), "expected up to 64 integers");
+    for (size_t i = 0; i < warmups->size(); ++i) {
+      const json& w = (*warmups)[i];
+      if (!w.is_number_integer() || w.get<int64_t>() < 0 || w.get<int64_t>() > (1 << 20)) {
+        throw SpecError(r.pathOf("warmups") + "[" + std::to_string(i) + "]", "expected an integer in [0, 1048576]");
+      }
+      m.warmups.push_back(w.get<int>());
+    }
+  }
+  return m;
+}
+
+json planJson(const PlanMessage& m) {
+  return {{"micro_batches", m.microBatches}, {"schedule", m.schedule}, {"warmups", m.warmups}};
 }
 
 Request parseBody(const std::string& type, ObjectReader& r) {
@@ -99,12 +123,20 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     return m;
   }
   if (type == "cancel") return Cancel{jobId(r)};
+  if (type == "resume") return Resume{jobId(r)};
+  if (type == "stage.heartbeat") {
+    StageHeartbeat m;
+    readRef(r, m);
+    return m;
+  }
   if (type == "stage.prepare") {
     StagePrepare m;
     readRef(r, m);
     m.spec = boundedString(r, "spec", std::nullopt, kMaxSpecBytes);
     m.coordinator = endpoint(r, "coordinator");
     if (m.coordinator.empty()) throw SpecError(r.pathOf("coordinator"), "must not be empty");
+    m.attempt = static_cast<int>(r.integer("attempt", 0, 0, 1 << 20));
+    m.resumeStep = r.integer("resume_step", -1, -1, kBig);
     return m;
   }
   if (type == "stage.start") {
@@ -124,19 +156,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
   if (type == "stage.plan") {
     StagePlan m;
     readRef(r, m);
-    m.microBatches = static_cast<int>(r.integer("micro_batches", std::nullopt, 1, 1 << 20));
-    m.schedule = boundedString(r, "schedule", std::nullopt, 32);
-    const json* warmups = r.child("warmups", false);
-    if (warmups) {
-      if (!warmups->is_array() || warmups->size() > 64) throw SpecError(r.pathOf("warmups"), "expected up to 64 integers");
-      for (size_t i = 0; i < warmups->size(); ++i) {
-        const json& w = (*warmups)[i];
-        if (!w.is_number_integer() || w.get<int64_t>() < 0 || w.get<int64_t>() > (1 << 20)) {
-          throw SpecError(r.pathOf("warmups") + "[" + std::to_string(i) + "]", "expected an integer in [0, 1048576]");
-        }
-        m.warmups.push_back(w.get<int>());
-      }
-    }
+    static_cast<PlanMessage&>(m) = parsePlan(r);
     return m;
   }
   if (type == "stage.profile") {
@@ -147,8 +167,9 @@ Request parseBody(const std::string& type, ObjectReader& r) {
   }
   if (type == "stage.report") return parseReport(r);
   throw SpecError(r.pathOf("type"), describe(json(type)) +
-                                        " is unknown (valid: ping, submit, status, list, cancel, stage.prepare, "
-                                        "stage.start, stage.abort, stage.plan, stage.profile, stage.report)");
+                                        " is unknown (valid: ping, submit, status, list, cancel, resume, stage.prepare, "
+                                        "stage.start, stage.abort, stage.plan, stage.profile, stage.heartbeat, "
+                                        "stage.report)");
 }
 
 struct ToJson {
@@ -157,24 +178,25 @@ struct ToJson {
   json operator()(const Submit& m) const { return {{"type", "submit"}, {"spec", m.spec}, {"dry_run", m.dryRun}}; }
   json operator()(const Status& m) const { return {{"type", "status"}, {"job", m.job}, {"since", m.since}}; }
   json operator()(const Cancel& m) const { return {{"type", "cancel"}, {"job", m.job}}; }
+  json operator()(const Resume& m) const { return {{"type", "resume"}, {"job", m.job}}; }
+  json operator()(const StageHeartbeat& m) const { return ref("stage.heartbeat", m, json::object()); }
   json operator()(const StagePrepare& m) const {
-    return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}});
+    return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"attempt", m.attempt},
+                                    {"resume_step", m.resumeStep}});
   }
   json operator()(const StageStart& m) const {
     return ref("stage.start", m, {{"previous", m.previous}, {"next", m.next}, {"previous_key", m.previousKey},
                                   {"next_key", m.nextKey}});
   }
   json operator()(const StageAbort& m) const { return ref("stage.abort", m, json::object()); }
-  json operator()(const StagePlan& m) const {
-    return ref("stage.plan", m, {{"micro_batches", m.microBatches}, {"schedule", m.schedule}, {"warmups", m.warmups}});
-  }
+  json operator()(const StagePlan& m) const { return ref("stage.plan", m, planJson(m)); }
   json operator()(const StageProfile& m) const { return ref("stage.profile", m, {{"at_step", m.atStep}}); }
   json operator()(const StageReport& m) const {
-    json j = ref("stage.report", m, {{"kind", toString(m.kind)}, {"step", m.step}});
+    json j = ref("stage.report", m, {{"kind", toString(m.kind)}, {"step", m.step}, {"attempt", m.attempt}});
     if (m.kind == ReportKind::Step) {
       j.update({{"loss", m.loss ? json(*m.loss) : json(nullptr)}, {"step_s", m.stepSeconds},
                 {"compute_s", m.computeSeconds}, {"bytes_sent", m.bytesSent}, {"bytes_raw", m.bytesRaw},
-                {"micro_batches", m.microBatches}});
+                {"micro_batches", m.microBatches}, {"checkpoint_s", m.checkpointSeconds}});
     }
     if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
     if (m.kind == ReportKind::Profile) j["profile"] = m.profile;
@@ -197,6 +219,7 @@ std::string toString(ReportKind kind) {
     case ReportKind::Step: return "step";
     case ReportKind::Eval: return "eval";
     case ReportKind::Profile: return "profile";
+    case ReportKind::Checkpoint: return "checkpoint";
     case ReportKind::Done: return "done";
     case ReportKind::Failed: return "failed";
   }

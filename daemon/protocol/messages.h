@@ -26,47 +26,60 @@ struct List {};
 struct Cancel {
   std::string job;
 };
+// Restarts a failed or cancelled job from its last complete checkpoint.
+struct Resume {
+  std::string job;
+};
 
 // Requests from a job's coordinator to a stage daemon name the job and the stage.
 struct StageRef {
   std::string job;
   int stage = 0;
 };
+// The plan a stage runs under (m, schedule, warm-ups); also what a checkpoint restores.
+struct PlanMessage {
+  int microBatches = 1;
+  std::string schedule;
+  std::vector<int> warmups;
+};
+
 struct StagePrepare : StageRef {
   std::string spec;
   std::string coordinator;  // its control endpoint, which receives the stage's reports
+  int attempt = 0;          // bumped at each restart; frames of older attempts are dropped
+  int64_t resumeStep = -1;  // restore the checkpoint taken after this step (-1: from scratch)
 };
 struct StageStart : StageRef {
   std::string previous, next;        // neighbours' data endpoints ("" at the ends)
   std::string previousKey, nextKey;  // their daemons' public keys ("" when insecure)
 };
 struct StageAbort : StageRef {};
-struct StagePlan : StageRef {
-  int microBatches = 1;
-  std::string schedule;
-  std::vector<int> warmups;
-};
+struct StagePlan : StageRef, PlanMessage {};
+// Liveness: answered by the control thread, also while the stage computes.
+struct StageHeartbeat : StageRef {};
 struct StageProfile : StageRef {
   int64_t atStep = -1;  // -1: cancel a pending profile
 };
 
-enum class ReportKind { Step, Eval, Profile, Done, Failed };
+enum class ReportKind { Step, Eval, Profile, Checkpoint, Done, Failed };
 std::string toString(ReportKind kind);
 
 // One-way, stage daemon -> coordinator; never answered.
 struct StageReport : StageRef {
+  int attempt = 0;  // reports of an earlier attempt are ignored
   ReportKind kind = ReportKind::Step;
   int64_t step = 0;
   std::optional<double> loss;  // step (last stage) and eval
   double stepSeconds = 0, computeSeconds = 0;
   double bytesSent = 0, bytesRaw = 0;
+  double checkpointSeconds = 0;  // step: what taking a checkpoint's snapshot cost the stage
   int microBatches = 0;
   nlohmann::json profile;  // profile: checked by the planner's reader (daemon/planning.h)
   std::string error;       // failed
 };
 
-using Request = std::variant<Ping, Submit, Status, List, Cancel, StagePrepare, StageStart, StageAbort, StagePlan,
-                             StageProfile, StageReport>;
+using Request = std::variant<Ping, Submit, Status, List, Cancel, Resume, StagePrepare, StageStart, StageAbort,
+                             StagePlan, StageProfile, StageHeartbeat, StageReport>;
 
 struct Envelope {
   std::optional<uint64_t> id;  // echoed in the reply

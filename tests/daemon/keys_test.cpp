@@ -83,6 +83,13 @@ TEST_CASE("a key may contain '#': only whole lines are comments") {
   CHECK(parseKnownDaemons("tcp://h:7100 " + k.publicKey + "\n", "kd").at("tcp://h:7100") == k.publicKey);
 }
 
+TEST_CASE("a key with a NUL inside is not a key (found by fuzzing)") {
+  std::string key = generateKeyPair("n").publicKey;
+  key[5] = '\0';
+  CHECK_FALSE(isZ85Key(key));
+  CHECK_THROWS_WITH(parseKeyPair("secret " + key + "\n", "f"), Catch::Contains("Z85"));
+}
+
 TEST_CASE("known daemons map endpoints to keys; a missing file is an empty list") {
   const KeyPair a = generateKeyPair("a");
   const auto known = parseKnownDaemons("tcp://cloud-a:7100 " + a.publicKey + "\n", "kd");

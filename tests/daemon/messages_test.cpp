@@ -40,7 +40,7 @@ TEST_CASE("each request type parses and round-trips") {
   report.loss = 2.5;
   report.stepSeconds = 0.1;
   const Request requests[] = {Ping{}, List{}, Submit{"{}", true}, Status{kJob, 4}, Cancel{kJob}, start,
-                              StageAbort{{kJob, 2}}, StagePlan{{kJob, 0}, 4, "1f1b", {1, 2}},
+                              StageAbort{{kJob, 2}}, StagePlan{{kJob, 0}, {4, "1f1b", {1, 2}}}, StageHeartbeat{{kJob, 1}}, Resume{kJob},
                               StageProfile{{kJob, 0}, 10}, report};
   for (const auto& request : requests) {
     const json wire = toJson(request);
@@ -90,6 +90,9 @@ TEST_CASE("raw bytes: size, depth and duplicate keys are bounded") {
   CHECK_THROWS_WITH(parseRequest(deep.data(), deep.size()), Catch::Contains("nested deeper than"));
   const std::string big(kMaxControlMessageBytes + 1, ' ');
   CHECK_THROWS_WITH(parseRequest(big.data(), big.size()), Catch::Contains("the limit is 4194304"));
+  // Found by fuzzing: a number beyond a double escaped as a nlohmann exception.
+  const std::string huge = R"({"type": "status", "job": "0123456789abcdef", "since": 1e999})";
+  CHECK_THROWS_AS(parseRequest(huge.data(), huge.size()), WireError);
   const std::string notObject = "[1, 2]";
   CHECK_THROWS_AS(parseRequest(notObject.data(), notObject.size()), WireError);
 }

@@ -1,0 +1,138 @@
+// PipelineRunner's checkpoints (pipeline_runner.h): the snapshot of a stage at a step
+// boundary and its restoration.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <set>
+
+#include "daemon/pipeline_runner.h"
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+namespace {
+
+std::string stateKey(const at::Tensor& parameter) { return c10::guts::to_string(parameter.unsafeGetTensorImpl()); }
+
+}  // namespace
+
+StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) const {
+  StageSnapshot s;
+  auto& tensors = s.tensors.tensors;
+  const auto& states = optimizer_->state();
+  for (const auto& [name, tensor] : model_->stateDict()) {
+    tensors.emplace_back("param/" + name, tensor.detach().clone());
+    auto it = states.find(stateKey(tensor));
+    if (it == states.end()) continue;  // no step taken yet
+    const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    tensors.emplace_back("adamw/" + name + "/step", torch::tensor(adam.step(), torch::kLong));
+    tensors.emplace_back("adamw/" + name + "/exp_avg", adam.exp_avg().clone());
+    tensors.emplace_back("adamw/" + name + "/exp_avg_sq", adam.exp_avg_sq().clone());
+  }
+  const std::pair<const char*, const compression::Codec*> codecs[] = {
+      {"steady.forward", steady_.forward.get()}, {"steady.backward", steady_.backward.get()},
+      {"warmup.forward", warmup_.forward.get()}, {"warmup.backward", warmup_.backward.get()},
+      {"eval", evalCodec_.get()}};
+  for (const auto& [prefix, codec] : codecs) {
+    for (const auto& [name, tensor] : codec->state()) tensors.emplace_back(std::string("codec/") + prefix + "/" + name, tensor.clone());
+  }
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    tensors.emplace_back("rng/cpu", generator.get_state());
+  }
+  s.meta = {{"format", kCheckpointFormat},
+            {"job", jobId},
+            {"stage", stage_},
+            {"step", step},
+            {"seed", spec_.seed},
+            {"layers", {spec_.stages[stage_].firstLayer, spec_.stages[stage_].lastLayer}},
+            {"plan", {{"micro_batches", plan_.microBatches},
+                      {"schedule", scheduler::toString(plan_.schedule)},
+                      {"warmups", plan_.warmups}}},
+            {"codecs", {{"forward", spec_.compression.forward},
+                        {"backward", spec_.compression.backward},
+                        {"warmup", spec_.compression.warmup},
+                        {"warmup_steps", spec_.compression.warmupSteps}}}};
+  return s;
+}
+
+void PipelineRunner::restore(const StageSnapshot& snapshot) {
+  const auto& meta = snapshot.meta;
+  const std::string where = "checkpoint of step " + std::to_string(meta.value("step", int64_t{-1})) + " stage " +
+                            std::to_string(stage_);
+  const auto& layers = meta.value("layers", nlohmann::json::array());
+  if (layers != nlohmann::json{spec_.stages[stage_].firstLayer, spec_.stages[stage_].lastLayer} ||
+      meta.value("seed", uint64_t{0}) != spec_.seed || meta.value("codecs", nlohmann::json())["forward"] != spec_.compression.forward ||
+      meta["codecs"]["backward"] != spec_.compression.backward) {
+    throw WireError(where + " was made for other layers, seed or codecs than this job's");
+  }
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, tensor] : snapshot.tensors.tensors) tensors[name] = tensor;
+  std::set<std::string> used;
+  auto take = [&](const std::string& name, const at::Tensor& like) -> std::optional<at::Tensor> {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) return std::nullopt;
+    if (like.defined() && (it->second.sizes() != like.sizes() || it->second.scalar_type() != like.scalar_type())) {
+      throw WireError(where + ": tensor \"" + name + "\" has shape " + c10::str(it->second.sizes()) + " " +
+                      c10::toString(it->second.scalar_type()) + ", this stage's is " + c10::str(like.sizes()) + " " +
+                      c10::toString(like.scalar_type()));
+    }
+    used.insert(name);
+    return it->second;
+  };
+  torch::NoGradGuard noGrad;
+  auto& states = optimizer_->state();
+  for (const auto& [name, tensor] : model_->stateDict()) {
+    const auto value = take("param/" + name, tensor);
+    if (!value) throw WireError(where + ": tensor \"param/" + name + "\" is missing");
+    tensor.copy_(*value);
+    const auto step = take("adamw/" + name + "/step", torch::tensor(int64_t{0}, torch::kLong));
+    if (!step) {
+      states.erase(stateKey(tensor));
+      continue;
+    }
+    const auto expAvg = take("adamw/" + name + "/exp_avg", tensor);
+    const auto expAvgSq = take("adamw/" + name + "/exp_avg_sq", tensor);
+    if (!expAvg || !expAvgSq) throw WireError(where + ": AdamW state of \"" + name + "\" is incomplete");
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->step(step->item<int64_t>());
+    state->exp_avg(expAvg->clone());
+    state->exp_avg_sq(expAvgSq->clone());
+    states[stateKey(tensor)] = std::move(state);
+  }
+  const std::pair<const char*, compression::Codec*> codecs[] = {
+      {"steady.forward", steady_.forward.get()}, {"steady.backward", steady_.backward.get()},
+      {"warmup.forward", warmup_.forward.get()}, {"warmup.backward", warmup_.backward.get()},
+      {"eval", evalCodec_.get()}};
+  for (const auto& [prefix, codec] : codecs) {
+    const std::string head = std::string("codec/") + prefix + "/";
+    compression::CodecState state;
+    for (const auto& [name, tensor] : tensors) {
+      if (name.rfind(head, 0) == 0) state.emplace_back(name.substr(head.size()), tensor), used.insert(name);
+    }
+    codec->loadState(state);
+  }
+  if (const auto rng = take("rng/cpu", at::Tensor())) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    try {
+      generator.set_state(*rng);
+    } catch (const c10::Error& e) {
+      throw WireError(where + ": bad RNG state: " + e.what_without_backtrace());
+    }
+  }
+  for (const auto& [name, tensor] : tensors) {
+    if (!used.count(name)) throw WireError(where + ": unexpected tensor \"" + name + "\"");
+  }
+  const auto& plan = meta["plan"];
+  RunPlan restored;
+  restored.microBatches = plan.value("micro_batches", 1);
+  const auto kind = scheduler::parseScheduleKind(plan.value("schedule", std::string("?")));
+  if (!kind) throw WireError(where + ": unknown schedule in its plan");
+  restored.schedule = *kind;
+  restored.warmups = plan.value("warmups", std::vector<int>{});
+  setPlan(restored);
+}
+
+}  // namespace skytrain::daemon

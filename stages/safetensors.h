@@ -1,0 +1,43 @@
+// safetensors: the tensor file format Python's `safetensors` reads and writes, used for
+// checkpoints and weight export.
+//
+//   offset  size  field
+//        0     8  N, the header length, little-endian uint64
+//        8     N  JSON header: {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]},
+//                 ..., "__metadata__": {"<key>": "<string value>", ...}}
+//      8+N     -  the data: each tensor's raw little-endian bytes at [b, e) of this part
+//
+// The reader trusts nothing: the header length, the JSON (size, depth, duplicate keys),
+// every dtype, shape and offset are checked against each other and the file's size before
+// anything is allocated; tensors must tile the data part exactly.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace skytrain::stages {
+
+struct SafeTensors {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // in file order
+  std::map<std::string, std::string> metadata;
+};
+
+constexpr size_t kMaxSafetensorsHeader = 64 << 20;
+
+// Serialises tensors (float32, float16, bfloat16, int64, int32, int8, uint8; any layout)
+// and string metadata. Throws skytrain::Error on an unsupported dtype or a duplicate name.
+std::string encodeSafetensors(const SafeTensors& file);
+
+// Parses the bytes of a file; `source` names it in errors. Throws skytrain::WireError
+// naming the source and the problem.
+SafeTensors decodeSafetensors(const std::string& bytes, const std::string& source);
+
+// Reads and decodes a file; refuses one over maxBytes or not a regular file. (Writers use
+// encodeSafetensors with an atomic file write.)
+SafeTensors readSafetensors(const std::string& path, size_t maxBytes);
+
+}  // namespace skytrain::stages
