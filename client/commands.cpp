@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -41,16 +42,28 @@ int guarded(Fn&& fn) {
   return kRefused;
 }
 
-int streamUntilDone(protocol::ControlClient& client, const ClientOptions& options, const std::string& job) {
-  size_t shown = 0, plansShown = 0;
-  int missed = 0;
+// Streams a job's plans, steps and events from step `shown` until it ends. A daemon that
+// stops answering (restarting under systemd) is waited for up to options.reattach, then
+// followed again from where the stream stopped.
+int streamUntilDone(protocol::ControlClient& client, const ClientOptions& options, const std::string& job,
+                    size_t shown = 0) {
+  size_t plansShown = 0, eventsShown = 0;
+  auto lostSince = std::chrono::steady_clock::now();
+  bool lost = false;
   while (true) {
     Json reply;
     try {
       reply = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", shown}}, options.timeout);
-      missed = 0;
+      if (lost) std::cerr << "reattached to " << options.daemon << "\n";
+      lost = false;
     } catch (const PeerError& e) {
-      if (++missed >= 3) throw;
+      if (!lost) {
+        std::cerr << "lost contact with " << options.daemon << " (" << e.what() << "); retrying\n";
+        lostSince = std::chrono::steady_clock::now();
+        lost = true;
+      }
+      if (std::chrono::steady_clock::now() - lostSince > options.reattach) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
       continue;
     }
     const Json& status = reply["job"];
@@ -58,8 +71,13 @@ int streamUntilDone(protocol::ControlClient& client, const ClientOptions& option
       const Json& plan = status["plans"][plansShown];
       std::cout << (plansShown == 0 ? "plan:\n" : "new plan:\n") << formatPlan(plan);
     }
+    for (; eventsShown < status["events"].size(); ++eventsShown) {
+      std::cout << "event at step " << status["events"][eventsShown]["step"] << ": "
+                << status["events"][eventsShown]["message"].get<std::string>() << "\n";
+    }
     for (const auto& step : status["steps"]) std::cout << formatStep(step, status["steps_total"]) << "\n";
-    shown += status["steps"].size();
+    // Steps after a restart's checkpoint are run again: follow the table as it is now.
+    shown = std::min<size_t>(shown, status["steps_done"].get<size_t>()) + status["steps"].size();
     std::cout.flush();
     const std::string state = status["state"];
     if (state == "succeeded" || state == "failed" || state == "cancelled") {
@@ -201,6 +219,31 @@ int list(const ClientOptions& options) {
                   job["state"].get<std::string>().c_str(), step.c_str(), job["name"].get<std::string>().c_str());
     }
     return 0;
+  });
+}
+
+int logs(const ClientOptions& options, const std::string& job, bool follow) {
+  return guarded([&] {
+    zmq::context_t context;
+    protocol::ControlClient client(context, options.daemon, options.security);
+    if (follow) return streamUntilDone(client, options, job);
+    const Json status = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", 0}}, options.timeout)["job"];
+    for (const auto& event : status["events"]) {
+      std::cout << "event at step " << event["step"] << ": " << event["message"].get<std::string>() << "\n";
+    }
+    for (const auto& step : status["steps"]) std::cout << formatStep(step, status["steps_total"]) << "\n";
+    return 0;
+  });
+}
+
+int resume(const ClientOptions& options, const std::string& job, bool detach) {
+  return guarded([&] {
+    zmq::context_t context;
+    protocol::ControlClient client(context, options.daemon, options.security);
+    const Json reply = client.request({{"type", "resume"}, {"job", job}}, options.timeout);
+    std::cout << "resuming job " << job << " from step " << reply["from_step"] << "\n";
+    if (detach) return 0;
+    return streamUntilDone(client, options, job, reply["from_step"].get<size_t>());
   });
 }
 

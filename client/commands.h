@@ -12,6 +12,7 @@ namespace skytrain::client {
 struct ClientOptions {
   std::string daemon = "tcp://127.0.0.1:7100";  // control endpoint
   std::chrono::milliseconds timeout{5000};       // per request
+  std::chrono::seconds reattach{300};            // how long a waiting command waits for a silent daemon
   protocol::ClientSecurity security;             // from resolveSecurity
 };
 
@@ -40,5 +41,10 @@ int status(const ClientOptions& options, const std::string& job, bool json);
 int plan(const ClientOptions& options, const std::string& specPath);
 int list(const ClientOptions& options);
 int cancel(const ClientOptions& options, const std::string& job);
+// The job's steps and events so far; with follow, streams until it ends (re-attaching to a
+// daemon that restarts).
+int logs(const ClientOptions& options, const std::string& job, bool follow);
+// Restarts a failed or cancelled job from its last complete checkpoint.
+int resume(const ClientOptions& options, const std::string& job, bool detach);
 
 }  // namespace skytrain::client

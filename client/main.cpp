@@ -35,6 +35,13 @@ int main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "list the jobs this daemon coordinates");
   auto* cancel = app.add_subcommand("cancel", "cancel a job (idempotent)");
   cancel->add_option("job", job, "job id")->required();
+  bool follow = false;
+  auto* logs = app.add_subcommand("logs", "print a job's steps and events; -f follows it to the end");
+  logs->add_option("job", job, "job id")->required();
+  logs->add_flag("-f,--follow", follow, "stream until the job ends (re-attaches after a daemon restart)");
+  auto* resume = app.add_subcommand("resume", "restart a failed or cancelled job from its last complete checkpoint");
+  resume->add_option("job", job, "job id")->required();
+  resume->add_flag("--detach", detach, "return once the job is resumed");
   std::string keyName, keyDir = ".";
   auto* keygen = app.add_subcommand("keygen", "write a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub");
   keygen->add_option("name", keyName, "key name (A-Z a-z 0-9 . _ -)")->required();
@@ -55,5 +62,7 @@ int main(int argc, char** argv) {
   if (*plan) return client::plan(options, spec);
   if (*list) return client::list(options);
   if (*cancel) return client::cancel(options, job);
+  if (*logs) return client::logs(options, job, follow);
+  if (*resume) return client::resume(options, job, detach);
   return 2;
 }

@@ -406,10 +406,11 @@ void JobTable::completeSteps(Record& r) {
   while (!r.pending.empty() && r.pending.begin()->second.size() == stages &&
          r.pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
     const auto& reports = r.pending.begin()->second;
-    double stepSeconds = 0, bytes = 0, raw = 0;
+    double stepSeconds = 0, bytes = 0, raw = 0, checkpoint = 0;
     Json compute = Json::array();
     for (const auto& entry : reports) {
       stepSeconds = std::max(stepSeconds, entry.second.at("step_s").get<double>());
+      checkpoint = std::max(checkpoint, entry.second.value("checkpoint_s", 0.0));
       bytes += entry.second.at("bytes_sent").get<double>();
       raw += entry.second.value("bytes_raw", 0.0);
       compute.push_back(entry.second.at("compute_s"));
@@ -422,6 +423,7 @@ void JobTable::completeSteps(Record& r) {
                 {"bytes_sent", bytes},
                 {"bytes_raw", raw},
                 {"micro_batches", reports.begin()->second.value("micro_batches", 0)},
+                {"checkpoint_s", checkpoint},
                 {"compute_s", compute}};
     appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump(-1, ' ', false, Json::error_handler_t::replace));
     r.steps.push_back(std::move(row));

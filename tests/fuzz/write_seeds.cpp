@@ -1,5 +1,6 @@
 // Writes the binary seed corpora once: real tensor frames, real codec payloads (in
-// codec_input.h's layout) and real key files. Its output is committed under corpus/:
+// codec_input.h's layout), real key files and real safetensors files. Its output is
+// committed under corpus/:
 //
 //   build-fuzz/write_seeds tests/fuzz/corpus
 #include <torch/torch.h>
@@ -15,6 +16,7 @@
 #include "compression/codec_registry.h"
 #include "compression/tensor_frame.h"
 #include "daemon/protocol/keys.h"
+#include "stages/safetensors.h"
 #include "tests/fuzz/codec_input.h"
 
 namespace {
@@ -106,6 +108,31 @@ void writeKeyFiles(const fs::path& dir) {
                                   "\nipc:///run/skytrain/control.sock " + admin.publicKey + "\n");
 }
 
+// Safetensors files as checkpoints hold them. The corpus also holds one written by Python:
+// tests/stages/data/from_python.safetensors, copied by hand.
+void writeSafetensors(const fs::path& dir) {
+  using stages::SafeTensors;
+  const auto save = [&](const std::string& name, const SafeTensors& file) {
+    write(dir, name + ".safetensors", stages::encodeSafetensors(file));
+  };
+  save("empty", {});
+  save("empty-metadata", {{}, {{"format", "pt"}, {"step", "0"}}});
+  save("f32-matrix", {{{"weight", torch::randn({3, 4})}}, {}});
+  SafeTensors all{{}, {{"format", "pt"}, {"job", "gpt-web"}}};
+  const std::pair<const char*, c10::ScalarType> dtypes[] = {{"f32", torch::kFloat}, {"f16", torch::kHalf},
+                                                            {"bf16", torch::kBFloat16}, {"i64", torch::kLong},
+                                                            {"i32", torch::kInt}, {"i8", torch::kChar},
+                                                            {"u8", torch::kByte}};
+  for (const auto& [name, dtype] : dtypes) {
+    const int64_t low = dtype == torch::kByte ? 0 : -120;  // in range: no wrapping conversions
+    all.tensors.emplace_back(name, c10::isFloatingType(dtype) ? (torch::randn({2, 3}) * 50).to(dtype)
+                                                              : torch::randint(low, 120, {2, 3}).to(dtype));
+  }
+  save("dtypes", all);
+  save("scalar", {{{"step", torch::tensor(41.5f)}}, {}});
+  save("zero-size", {{{"bias", torch::randn({3})}, {"none", torch::zeros({0, 3})}, {"tail", torch::ones({2}, torch::kLong)}}, {}});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,5 +145,6 @@ int main(int argc, char** argv) {
   writeFrames(root / "tensor_frame_fuzz");
   writeCodecPayloads(root / "codec_decode_fuzz");
   writeKeyFiles(root / "key_files_fuzz");
+  writeSafetensors(root / "safetensors_fuzz");
   return 0;
 }

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Chaos (DESIGN.md "Failure model"), with real skytraind processes on fixed loopback ports:
+#   kill   kill -9 the stage-1 daemon at a random step, start it again a second later
+#   stop   SIGSTOP the stage-1 daemon for longer than the heartbeat bound, then SIGCONT
+#   coord  kill -9 the coordinating daemon (it also hosts stage 0), start it again
+#   orphan kill -9 the coordinating daemon and leave it down: the stage-1 daemon must free
+#          the job within the heartbeat bound; then start it again
+#   corrupt kill -9 the stage-1 daemon and corrupt its two newest checkpoints: the
+#          coordinator must fall back to an older complete one
+# Each job must succeed with final parameters bit-identical to an undisturbed run's. The
+# kill case runs twice: without compression and with error-feedback int8 + SVD codecs.
+# Prints detection time, time to resume and work lost per case (docs/BENCHMARKS.md).
+# Usage: chaos_test.sh SKYTRAIND SKYTRAIN CORPUS [CASE...]   (default: all cases)
+set -euo pipefail
+daemon=$1 cli=$2 corpus=$3
+shift 3
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef stop coord orphan corrupt)
+work=$(mktemp -d)
+source "$(dirname "$0")/../../deploy/local-daemons.sh"
+cleanup() { stop_daemons; for p in $(cat "$work"/*.pid 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; for f in "$work"/*/daemon.log; do echo "== $f"; tail -30 "$f"; done >&2; exit 1; }
+now() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
+ports=($(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(4)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))'))
+data_root=$(dirname "$corpus")
+make_keys "$work/keys" "$cli" 2
+start_daemon A "$daemon" "$work/a" "tcp://127.0.0.1:${ports[0]}" "tcp://127.0.0.1:${ports[1]}"
+start_daemon B "$daemon" "$work/b" "tcp://127.0.0.1:${ports[2]}" "tcp://127.0.0.1:${ports[3]}"
+pid_a=${daemon_pids[0]} pid_b=${daemon_pids[1]}
+export SKYTRAIN_DAEMON=$A
+
+# restart DIR: the daemon of DIR again, same config, ports and state; prints its pid.
+restart() {
+  "$daemon" --config "$1/config.json" >> "$1/daemon.log" 2>&1 &
+  echo $! > "$work/$(basename "$1").pid"
+  echo $!
+}
+
+spec() {  # spec NAME CODECS -> path
+  python3 - "$A" "$B" "$corpus" "$work/$1.json" "$2" <<'PY'
+import json, sys
+a, b, corpus, out, codecs = sys.argv[1:]
+s = {"name": out, "seed": 7, "steps": 150, "batch_size": 8, "micro_batches": 2, "schedule": "1f1b",
+     "model": {"d_model": 64, "heads": 4, "layers": 2, "d_ff": 256, "seq_len": 64},
+     "data": {"files": [corpus]}, "eval": {"samples": 8},
+     "checkpoint": {"interval": 5, "keep": 3},
+     "stages": [{"daemon": a, "layers": [0, 1]}, {"daemon": b, "layers": [1, 2]}]}
+if codecs == "ef":
+    s["compression"] = {"forward": "ef(fp16+svd:0.5)", "backward": "ef(int8)"}
+json.dump(s, open(out, "w"))
+print(out)
+PY
+}
+
+status() { "$cli" status --json "$1" 2>/dev/null || echo '{}'; }
+steps_done() { status "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("steps_done", -1))'; }
+wait_end() {  # wait_end JOB: until it succeeds (fails the test otherwise)
+  for _ in $(seq 1200); do
+    local state
+    state=$(status "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin).get("state", "?"))')
+    case "$state" in
+      succeeded) return 0 ;;
+      failed|cancelled) status "$1" >&2; fail "job $1 $state" ;;
+    esac
+    sleep 0.1
+  done
+  fail "job $1 did not end"
+}
+same_weights() {  # same_weights JOB1 JOB2: every stage's saved parameters, byte for byte
+  for f in a/jobs/JOB/stage-0.pt b/jobs/JOB/stage-1.pt; do
+    cmp -s "$work/${f/JOB/$1}" "$work/${f/JOB/$2}" || fail "${f/JOB/$2}: parameters differ from the undisturbed run's"
+  done
+  echo "bit-identical: both stages' parameters equal the undisturbed run's ($(stat -c %s "$work/a/jobs/$2/stage-0.pt") + $(stat -c %s "$work/b/jobs/$2/stage-1.pt") bytes)"
+}
+
+declare -A reference
+for codecs in none ef; do
+  job=$("$cli" submit --detach "$(spec "ref-$codecs" "$codecs")" | awk '{print $3}')
+  wait_end "$job"
+  reference[$codecs]=$job
+done
+
+report() {  # report CASE JOB T_FAULT STEP_AT_FAULT
+  status "$2" | python3 -c "
+import json, sys
+s = json.load(sys.stdin)
+fault, at = float('$3'), int('$4')
+events = s['events']
+lost = next((e for e in events if 'lost' in e['message'] or 'restarted' in e['message']), None)
+at = max(at, lost['step'] if lost else at)  # the status polled at the fault lags the stages
+resumed = next((e for e in events if 'resuming' in e['message'] or 'starting over' in e['message']), None)
+ckpt = next((e['message'] for e in events if 'checkpoint of step' in e['message']), '')
+import re
+m = re.search(r'checkpoint of step (\d+)', ckpt)
+from_step = int(m.group(1)) if m else 0
+print(f'| $1 | {(lost[\"time\"] - fault) if lost else float(\"nan\"):.2f} s | {(resumed[\"time\"] - fault) if resumed else float(\"nan\"):.2f} s | resumed at step {from_step}, {at} steps were done | {s[\"restarts\"]} |')
+for e in events: print('   event:', e['message'], file=sys.stderr)
+"
+}
+
+echo "| case | detection | fault to resumed attempt | work lost | restarts |"
+echo "|---|---|---|---|---|"
+for c in "${cases[@]}"; do
+  codecs=none; [ "$c" = kill-ef ] && codecs=ef
+  job=$("$cli" submit --detach "$(spec "$c" "$codecs")" | awk '{print $3}')
+  target=$((12 + RANDOM % 30))
+  for _ in $(seq 600); do [ "$(steps_done "$job")" -ge "$target" ] && break; sleep 0.05; done
+  at=$(steps_done "$job")
+  t=$(now)
+  case "$c" in
+    kill|kill-ef)
+      kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
+      sleep 1
+      pid_b=$(restart "$work/b") ;;
+    stop)
+      kill -STOP "$pid_b"; sleep 6; kill -CONT "$pid_b" ;;
+    coord|orphan)
+      kill -9 "$pid_a"; wait "$pid_a" 2>/dev/null || true
+      if [ "$c" = orphan ]; then
+        for _ in $(seq 100); do grep -q "job $job stage 1: aborted" "$work/b/daemon.log" && break; sleep 0.1; done
+        grep -q "job $job stage 1: no heartbeat from the coordinator" "$work/b/daemon.log" || fail "stage 1 kept the orphaned job"
+        freed=$(python3 -c "import time; print(f'{time.time() - $t:.2f}')")
+        echo "orphaned stage freed after $freed s" >&2
+        python3 -c "import sys; sys.exit(0 if $freed <= 5 else 1)" || fail "orphaned stage held for $freed s"
+      else
+        sleep 1
+      fi
+      pid_a=$(restart "$work/a")
+      for _ in $(seq 100); do "$cli" list > /dev/null 2>&1 && break; sleep 0.1; done ;;
+    corrupt)
+      kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
+      for f in $(ls -d "$work/b/jobs/$job/checkpoints"/step-* | sort | tail -2); do
+        printf 'garbage' | dd of="$f/stage-1.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+      done
+      pid_b=$(restart "$work/b") ;;
+  esac
+  wait_end "$job"
+  report "$c" "$job" "$t" "$at"
+  if [ "$c" = corrupt ]; then
+    story=$(status "$job")
+    grep -q "falling back to the previous checkpoint" <<< "$story" || fail "no fall-back to an older checkpoint"
+    grep -q "does not match its checksum" <<< "$story" || fail "the corrupted file was not named"
+  fi
+  same_weights "${reference[$codecs]}" "$job" >&2
+done
+for p in "$pid_a" "$pid_b"; do kill -0 "$p" || fail "a daemon died"; done
+echo "chaos_test: all passed" >&2
