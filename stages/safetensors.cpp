@@ -111,6 +111,7 @@ SafeTensors decodeSafetensors(const std::string& bytes, const std::string& sourc
   const char* data = bytes.data() + 8 + n;
   SafeTensors out;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
+  std::vector<std::pair<uint64_t, size_t>> order;  // (offset, index in out.tensors)
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") {
@@ -160,8 +161,14 @@ SafeTensors decodeSafetensors(const std::string& bytes, const std::string& sourc
     spans.emplace_back(begin, end);
     at::Tensor t = torch::empty(sizes, torch::TensorOptions().dtype(dtype->type));
     if (end > begin) std::memcpy(t.data_ptr(), data + begin, end - begin);
+    order.emplace_back(begin, out.tensors.size());
     out.tensors.emplace_back(name, t);
   }
+  // File order: by offset (the JSON header's own key order is not kept).
+  std::stable_sort(order.begin(), order.end());
+  std::vector<std::pair<std::string, at::Tensor>> sorted;
+  for (const auto& entry : order) sorted.push_back(std::move(out.tensors[entry.second]));
+  out.tensors = std::move(sorted);
   // The tensors must tile the data part: no gaps, no overlaps, nothing after.
   std::sort(spans.begin(), spans.end());
   uint64_t expected = 0;

@@ -1,0 +1,132 @@
+// Checkpoints (daemon/checkpoint.h): a stage's snapshot restores exactly, and a truncated,
+// corrupted or mismatched checkpoint is refused naming the file and the problem.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "daemon/checkpoint.h"
+#include "daemon/pipeline_runner.h"
+#include "scheduler/error.h"
+
+using namespace skytrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+protocol::JobSpec middleStage(int dModel, const std::string& forward = "ef(fp16+svd:0.5)") {
+  const nlohmann::json spec = {
+      {"steps", 4}, {"batch_size", 2}, {"micro_batches", 1}, {"schedule", "1f1b"},
+      {"model", {{"d_model", dModel}, {"heads", 2}, {"layers", 3}, {"d_ff", 32}, {"seq_len", 8}}},
+      {"compression", {{"forward", forward}, {"backward", "ef(int8)"}}},
+      {"data", {{"files", {"/nonexistent"}}}},
+      {"stages", {{{"daemon", "tcp://a:1"}, {"layers", {0, 1}}}, {{"daemon", "tcp://b:1"}, {"layers", {1, 2}}},
+                  {{"daemon", "tcp://c:1"}, {"layers", {2, 3}}}}}};
+  return protocol::parseJobSpec(spec.dump());
+}
+
+struct ScratchJob {
+  std::string dir = (fs::temp_directory_path() / ("skytrain_ckpt_" + std::to_string(::getpid()))).string();
+  ScratchJob() { fs::remove_all(dir); }
+  ~ScratchJob() { fs::remove_all(dir); }
+};
+
+const std::string kJob = "00000000000000cc";
+
+
+std::string loadError(const std::string& dir, int64_t step, int stage, const std::string& job = kJob) {
+  try {
+    daemon::loadCheckpoint(dir, job, step, stage);
+  } catch (const WireError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint written in the background reads back to the same tensors and plan") {
+  ScratchJob job;
+  daemon::PipelineRunner runner(middleStage(16), 1, 7, 1e9);
+  // (Codec state after real steps — error-feedback residuals, SVD generators — is covered end
+  // to end by tests/integration/chaos_test.sh, whose resumed ef runs end bit-identical.)
+  const daemon::StageSnapshot snapshot = runner.snapshot(kJob, 3);
+  {
+    daemon::CheckpointWriter writer(job.dir, 1, 2);
+    writer.write(3, snapshot);
+    writer.drain();
+    CHECK(writer.takeWritten() == std::vector<int64_t>{3});
+  }
+  const daemon::StageSnapshot loaded = daemon::loadCheckpoint(job.dir, kJob, 3, 1);
+  REQUIRE(loaded.tensors.tensors.size() == snapshot.tensors.tensors.size());
+  for (size_t i = 0; i < loaded.tensors.tensors.size(); ++i) {
+    CHECK(loaded.tensors.tensors[i].first == snapshot.tensors.tensors[i].first);
+    CHECK(torch::equal(loaded.tensors.tensors[i].second, snapshot.tensors.tensors[i].second));
+  }
+  CHECK(loaded.meta["plan"]["micro_batches"] == 1);
+  // Restored into a fresh runner, the snapshot is taken again unchanged.
+  daemon::PipelineRunner fresh(middleStage(16), 1, 7, 1e9);
+  fresh.restore(loaded);
+  const daemon::StageSnapshot again = fresh.snapshot(kJob, 3);
+  for (size_t i = 0; i < again.tensors.tensors.size(); ++i) {
+    INFO(again.tensors.tensors[i].first);
+    CHECK(torch::equal(again.tensors.tensors[i].second, snapshot.tensors.tensors[i].second));
+  }
+}
+
+TEST_CASE("the writer keeps the newest keep + 1 checkpoints of its stage") {
+  ScratchJob job;
+  daemon::PipelineRunner runner(middleStage(16), 1, 7, 1e9);
+  {
+    daemon::CheckpointWriter writer(job.dir, 1, 2);
+    for (int64_t step : {4, 9, 14, 19, 24}) writer.write(step, runner.snapshot(kJob, step));
+    writer.drain();
+  }
+  CHECK_FALSE(fs::exists(daemon::checkpointDir(job.dir, 4)));
+  CHECK_FALSE(fs::exists(daemon::checkpointDir(job.dir, 9)));
+  CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, 14, 1)));
+  CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, 24, 1)));
+}
+
+TEST_CASE("bad checkpoints are refused naming the file and the problem") {
+  ScratchJob job;
+  daemon::PipelineRunner runner(middleStage(16), 1, 7, 1e9);
+  {
+    daemon::CheckpointWriter writer(job.dir, 1, 5);
+    writer.write(3, runner.snapshot(kJob, 3));
+    writer.drain();
+  }
+  const std::string tensors = daemon::checkpointTensorsPath(job.dir, 3, 1);
+  CHECK_THAT(loadError(job.dir, 3, 1, "00000000000000dd"), Catch::Contains("belongs to job 00000000000000cc"));
+  CHECK_THAT(loadError(job.dir, 3, 2), Catch::Contains("stage-2.json is missing"));
+  CHECK_THAT(loadError(job.dir, 8, 1), Catch::Contains("is missing"));
+  fs::copy_file(daemon::checkpointMetaPath(job.dir, 3, 1), job.dir + "/meta.json");
+  fs::copy_file(tensors, job.dir + "/tensors");
+  SECTION("truncated") {
+    fs::resize_file(tensors, fs::file_size(tensors) - 10);
+    CHECK_THAT(loadError(job.dir, 3, 1), Catch::Contains(tensors) && Catch::Contains("truncated"));
+  }
+  SECTION("corrupted") {
+    std::fstream f(tensors, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x5a');
+    f.close();
+    CHECK_THAT(loadError(job.dir, 3, 1), Catch::Contains(tensors) && Catch::Contains("does not match its checksum"));
+  }
+  SECTION("a checkpoint of another model does not restore") {
+    daemon::PipelineRunner other(middleStage(32), 1, 7, 1e9);
+    try {
+      other.restore(daemon::loadCheckpoint(job.dir, kJob, 3, 1));
+      FAIL("restored a checkpoint of another model");
+    } catch (const WireError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("has shape [") && Catch::Contains("this stage's is"));
+    }
+  }
+  SECTION("a checkpoint of other codecs does not restore") {
+    daemon::PipelineRunner other(middleStage(16, "int8"), 1, 7, 1e9);
+    CHECK_THROWS_WITH(other.restore(daemon::loadCheckpoint(job.dir, kJob, 3, 1)), Catch::Contains("other layers, seed or codecs"));
+  }
+}
