@@ -103,7 +103,12 @@ TEST_CASE("every dtype survives a round trip, contiguous or not, with its metada
 
   const SafeTensors decoded = decodeSafetensors(encodeSafetensors(file), "round-trip");
   requireSame(decoded, file);
-  for (const auto& [name, tensor] : decoded.tensors) CHECK(tensor.is_contiguous());
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : decoded.tensors) {
+    names.push_back(name);
+    CHECK(tensor.is_contiguous());
+  }
+  CHECK(names == std::vector<std::string>{"plain", "transposed", "strided"});  // file order, not sorted
   CHECK(byName(decoded).at("transposed").sizes().vec() == std::vector<int64_t>{6, 4});
 }
 
@@ -145,6 +150,9 @@ TEST_CASE("a file Python wrote decodes to its values") {
   // Written by: /usr/bin/python3 tests/stages/data/safetensors_by_hand.py write tests/stages/data/from_python.safetensors
   const SafeTensors file = decodeSafetensors(dataFile("from_python.safetensors"), "from_python.safetensors");
   requireSame(file, pythonTensors());
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : file.tensors) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"step", "embed.weight", "ids", "ln.bias", "ln.weight", "small", "mask", "empty"});
   const auto tensors = byName(file);
   CHECK(tensors.at("step").item<int64_t>() == 1234567890123);
   CHECK(tensors.at("ln.bias")[3].item<float>() == 65504.0f);
