@@ -36,6 +36,14 @@ void readRef(ObjectReader& r, StageRef& ref) {
   ref.stage = static_cast<int>(r.integer("stage", std::nullopt, 0, 63));
 }
 
+// A request that carries nothing but its job and stage.
+template <typename T>
+T refOnly(ObjectReader& r) {
+  T m;
+  readRef(r, m);
+  return m;
+}
+
 std::string endpoint(ObjectReader& r, const std::string& key) {
   std::string value = boundedString(r, key, std::nullopt, kMaxEndpointLength);
   if (!value.empty() && value.rfind("tcp://", 0) != 0 && value.rfind("ipc://", 0) != 0) {
@@ -124,11 +132,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
   }
   if (type == "cancel") return Cancel{jobId(r)};
   if (type == "resume") return Resume{jobId(r)};
-  if (type == "stage.heartbeat") {
-    StageHeartbeat m;
-    readRef(r, m);
-    return m;
-  }
+  if (type == "stage.heartbeat") return refOnly<StageHeartbeat>(r);
   if (type == "stage.prepare") {
     StagePrepare m;
     readRef(r, m);
@@ -148,11 +152,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     m.nextKey = publicKey(r, "next_key");
     return m;
   }
-  if (type == "stage.abort") {
-    StageAbort m;
-    readRef(r, m);
-    return m;
-  }
+  if (type == "stage.abort") return refOnly<StageAbort>(r);
   if (type == "stage.plan") {
     StagePlan m;
     readRef(r, m);
