@@ -71,10 +71,7 @@ int streamUntilDone(protocol::ControlClient& client, const ClientOptions& option
       const Json& plan = status["plans"][plansShown];
       std::cout << (plansShown == 0 ? "plan:\n" : "new plan:\n") << formatPlan(plan);
     }
-    for (; eventsShown < status["events"].size(); ++eventsShown) {
-      std::cout << "event at step " << status["events"][eventsShown]["step"] << ": "
-                << status["events"][eventsShown]["message"].get<std::string>() << "\n";
-    }
+    for (; eventsShown < status["events"].size(); ++eventsShown) std::cout << formatEvent(status["events"][eventsShown]) << "\n";
     for (const auto& step : status["steps"]) std::cout << formatStep(step, status["steps_total"]) << "\n";
     // Steps after a restart's checkpoint are run again: follow the table as it is now.
     shown = std::min<size_t>(shown, status["steps_done"].get<size_t>()) + status["steps"].size();
@@ -228,9 +225,7 @@ int logs(const ClientOptions& options, const std::string& job, bool follow) {
     protocol::ControlClient client(context, options.daemon, options.security);
     if (follow) return streamUntilDone(client, options, job);
     const Json status = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", 0}}, options.timeout)["job"];
-    for (const auto& event : status["events"]) {
-      std::cout << "event at step " << event["step"] << ": " << event["message"].get<std::string>() << "\n";
-    }
+    for (const auto& event : status["events"]) std::cout << formatEvent(event) << "\n";
     for (const auto& step : status["steps"]) std::cout << formatStep(step, status["steps_total"]) << "\n";
     return 0;
   });

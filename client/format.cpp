@@ -1,6 +1,7 @@
 #include "client/format.h"
 
 #include <cstdio>
+#include <ctime>
 
 namespace skytrain::client {
 
@@ -85,6 +86,16 @@ std::string formatSummary(const nlohmann::json& job) {
     out += text;
   }
   return out;
+}
+
+std::string formatEvent(const nlohmann::json& event) {
+  const std::time_t when = static_cast<std::time_t>(event.value("time", 0.0));
+  std::tm utc{};
+  gmtime_r(&when, &utc);
+  char clock[32];
+  std::strftime(clock, sizeof clock, "%H:%M:%S UTC", &utc);
+  return "event at step " + event.value("step", nlohmann::json(0)).dump() + " (" + clock + "): " +
+         event.value("message", std::string());
 }
 
 }  // namespace skytrain::client

@@ -13,5 +13,7 @@ std::string formatStep(const nlohmann::json& step, int stepsTotal);
 std::string formatSummary(const nlohmann::json& job);
 // The planner's table (m, schedule, predicted step time, bubble, bytes) and its inputs.
 std::string formatPlan(const nlohmann::json& plan);
+// "event at step 52 (06:01:03 UTC): stage 1 (tcp://...) lost: ..."
+std::string formatEvent(const nlohmann::json& event);
 
 }  // namespace skytrain::client
