@@ -133,18 +133,23 @@ SafeTensors decodeSafetensors(const std::string& bytes, const std::string& sourc
     const json& shape = entry["shape"];
     if (!shape.is_array() || shape.size() > 16) bad(source, what + ": shape is not an array of at most 16 sizes");
     std::vector<int64_t> sizes;
-    uint64_t elements = 1;
+    // The product of the non-zero sizes is bounded too: an empty tensor of sizes 2^40 x 2^40
+    // x ... would overflow LibTorch's strides.
+    uint64_t nonZero = 1;
     bool empty = false;
     for (const auto& d : shape) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) bad(source, what + ": bad size in its shape");
       const uint64_t size = d.get<uint64_t>();
       sizes.push_back(static_cast<int64_t>(size));
-      if (size == 0) empty = true;
-      if (empty) continue;
-      if (elements > dataSize / dtype->bytes / size) bad(source, what + ": its shape needs more bytes than the file has");
-      elements *= size;
+      if (size == 0) {
+        empty = true;
+        continue;
+      }
+      if (nonZero > (uint64_t{1} << 48) / size) bad(source, what + ": its shape has more than 2^48 elements");
+      nonZero *= size;
     }
-    if (empty) elements = 0;
+    const uint64_t elements = empty ? 0 : nonZero;
+    if (elements > dataSize / dtype->bytes) bad(source, what + ": its shape needs more bytes than the file has");
     const json& offsets = entry["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
       bad(source, what + ": data_offsets is not [begin, end]");

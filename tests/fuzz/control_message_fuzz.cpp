@@ -18,6 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     first = parseRequest(data, size);
   } catch (const skytrain::Error&) {
     return 0;
+  }
   const nlohmann::json wire = toJson(first.request);
   const std::string text = toText(wire);
   Envelope second;

@@ -35,6 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     spec = skytrain::protocol::parseJobSpec(std::string(reinterpret_cast<const char*>(data), size));
   } catch (const skytrain::Error&) {
     return 0;
+  }
   checkSpec(spec);
   return 0;
 }

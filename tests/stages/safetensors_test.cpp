@@ -198,10 +198,13 @@ TEST_CASE("a tensor with an unknown dtype or a shape the file cannot hold is ref
   CHECK_THAT(refusal(craft(R"({"w":{"dtype":"F32","shape":[1]}})")), Contains("tensor \"w\": expected {dtype, shape, data_offsets}"));
   CHECK(refusal(craft(R"({"w":{"dtype":"F32","shape":[1000000],"data_offsets":[0,4000000]}})", std::string(8, '\0'))) ==
         "tensor \"w\": its shape needs more bytes than the file has");
-  // Each size is checked against the data as it is multiplied in, so a product that would
-  // overflow 64 bits is never formed.
+  // The product of the sizes is bounded as it is multiplied in, so a product that would
+  // overflow 64 bits is never formed — also behind a zero size (found by fuzzing: an empty
+  // tensor of sizes 2^40 x 2^40 x 2^40 overflowed LibTorch's strides).
   CHECK(refusal(craft(R"({"w":{"dtype":"U8","shape":[2,1099511627776,1099511627776],"data_offsets":[0,2]}})", "xy")) ==
-        "tensor \"w\": its shape needs more bytes than the file has");
+        "tensor \"w\": its shape has more than 2^48 elements");
+  CHECK(refusal(craft(R"({"w":{"dtype":"F32","shape":[0,1099511627776,1099511627776,1099511627776],"data_offsets":[0,0]}})")) ==
+        "tensor \"w\": its shape has more than 2^48 elements");
   CHECK(refusal(craft(R"({"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", "x")) ==
         "tensor \"w\": bad size in its shape");
   CHECK(refusal(craft(R"({"w":{"dtype":"U8","shape":[1099511627777],"data_offsets":[0,1]}})", "x")) ==
