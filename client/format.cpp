@@ -18,12 +18,13 @@ std::string formatBytes(double bytes) {
 }
 
 std::string formatStep(const nlohmann::json& step, int stepsTotal) {
-  char text[200];
+  char text[320];
   const double loss = step["loss"].is_number() ? step["loss"].get<double>() : 0.0;
-  std::snprintf(text, sizeof text, "step %4d/%d  loss %.4f  %8.0f tok/s  sent %s/step (raw %s)  %.3f s",
-                step["step"].get<int>() + 1, stepsTotal, loss, step["tokens_per_s"].get<double>(),
+  std::snprintf(text, sizeof text, "step %4d/%d  loss %.4f  lr %.2e  %8.0f tok/s  sent %s/step (raw %s)  %.3f s%s",
+                step["step"].get<int>() + 1, stepsTotal, loss, step.value("lr", 0.0), step["tokens_per_s"].get<double>(),
                 formatBytes(step["bytes_sent"].get<double>()).c_str(),
-                formatBytes(step.value("bytes_raw", 0.0)).c_str(), step["step_s"].get<double>());
+                formatBytes(step.value("bytes_raw", 0.0)).c_str(), step["step_s"].get<double>(),
+                step.value("skipped", false) ? "  SKIPPED (non-finite gradient)" : "");
   return text;
 }
 

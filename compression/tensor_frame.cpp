@@ -31,7 +31,7 @@ uint64_t frameChecksum(const unsigned char* header, size_t headerSize, const std
   return sum;
 }
 
-bool validDirection(uint64_t d) { return d <= static_cast<uint64_t>(FrameDirection::ProbeReply); }
+bool validDirection(uint64_t d) { return d <= static_cast<uint64_t>(FrameDirection::NormDown); }
 bool validDType(uint64_t d) { return d >= 1 && d <= static_cast<uint64_t>(WireDType::UInt8); }
 
 }  // namespace
@@ -122,6 +122,8 @@ std::string toString(FrameDirection direction) {
     case FrameDirection::Eval: return "eval";
     case FrameDirection::Probe: return "probe";
     case FrameDirection::ProbeReply: return "probe reply";
+    case FrameDirection::NormUp: return "norm up";
+    case FrameDirection::NormDown: return "norm down";
   }
   return "unknown";
 }

@@ -43,10 +43,14 @@ enum class FrameDirection : uint8_t {
   Eval = 2,      // validation activations (forward, no backward follows)
   Probe = 3,     // link profiling, stage s -> s+1
   ProbeReply = 4,  // its echo, stage s+1 -> s
+  NormUp = 5,      // gradient norms of stages > s, stage s+1 -> s (global-norm clipping)
+  NormDown = 6,    // the global gradient norm, stage s -> s+1
 };
 
 // Frames that travel upstream (s+1 -> s) arrive in the receiver's from-next queue.
-inline bool travelsUpstream(FrameDirection d) { return d == FrameDirection::Backward || d == FrameDirection::ProbeReply; }
+inline bool travelsUpstream(FrameDirection d) {
+  return d == FrameDirection::Backward || d == FrameDirection::ProbeReply || d == FrameDirection::NormUp;
+}
 
 struct TensorFrame {
   uint64_t job = 0;

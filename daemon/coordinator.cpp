@@ -9,6 +9,7 @@
 
 #include "daemon/checkpoint.h"
 #include "daemon/heartbeat.h"
+#include "daemon/pipeline_runner.h"
 #include "daemon/planning.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/messages.h"
@@ -143,6 +144,7 @@ void Coordinator::run() {
         outcome = Outcome::Retry;
         why = std::string(e.what()) + "; falling back to the previous checkpoint";
       }
+      if (outcome == Outcome::Retry && why.find(kNonFinite) != std::string::npos) throw Error(why);  // would recur
       if (outcome == Outcome::Retry && from >= 0 && why.find(kBadCheckpoint) != std::string::npos) {
         table_.dropCheckpoint(jobId_, from);
         why += "; falling back to the previous checkpoint";

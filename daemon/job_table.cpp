@@ -292,7 +292,8 @@ void JobTable::applyReport(const protocol::StageReport& report) {
     case ReportKind::Profile: r.profiles[report.step][stage] = report.profile; break;
     case ReportKind::Done: r.stagesDone.insert(stage); break;
     case ReportKind::Failed:
-      if (!r.stageFailure) {
+      // A stage that names the culprit beats one that only saw its effect.
+      if (!r.stageFailure || r.stageFailure->find("in another stage") != std::string::npos) {
         r.stageFailure = "stage " + std::to_string(stage) + " (" + r.spec.stages[stage].daemon + "): " +
                          (report.error.empty() ? "failed" : report.error);
       }
@@ -407,10 +408,12 @@ void JobTable::completeSteps(Record& r) {
          r.pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
     const auto& reports = r.pending.begin()->second;
     double stepSeconds = 0, bytes = 0, raw = 0, checkpoint = 0;
+    bool skipped = false;
     Json compute = Json::array();
     for (const auto& entry : reports) {
       stepSeconds = std::max(stepSeconds, entry.second.at("step_s").get<double>());
       checkpoint = std::max(checkpoint, entry.second.value("checkpoint_s", 0.0));
+      skipped = skipped || entry.second.value("skipped", false);
       bytes += entry.second.at("bytes_sent").get<double>();
       raw += entry.second.value("bytes_raw", 0.0);
       compute.push_back(entry.second.at("compute_s"));
@@ -424,6 +427,8 @@ void JobTable::completeSteps(Record& r) {
                 {"bytes_raw", raw},
                 {"micro_batches", reports.begin()->second.value("micro_batches", 0)},
                 {"checkpoint_s", checkpoint},
+                {"lr", reports.begin()->second.value("lr", 0.0)},
+                {"skipped", skipped},
                 {"compute_s", compute}};
     appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump(-1, ' ', false, Json::error_handler_t::replace));
     r.steps.push_back(std::move(row));

@@ -110,12 +110,17 @@ StepStats PipelineRunner::runStep(uint64_t step) {
       backward(step, op.microBatch);
     }
   }
+  const double lr = protocol::learningRate(spec_.optimizer, static_cast<int64_t>(step), spec_.steps);
+  const bool update = finishGradients(step);
   {
     Timed timed(computeSeconds_);
-    optimizer_->step();
+    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    if (update) optimizer_->step();
     optimizer_->zero_grad();
   }
   SKYTRAIN_CHECK(model_->inFlight() == 0, "micro-batches left in flight after step " << step);
+  stats.lr = lr;
+  stats.skipped = !update;
   stats.loss = isLast() ? lossSum / schedule_.microBatches : std::nan("");
   stats.computeSeconds = computeSeconds_;
   stats.bytesSent = bytesSent() - bytesBefore;
@@ -142,7 +147,12 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
                                                              batch.targets.reshape({-1}));
       (loss / schedule_.microBatches).backward();
       lossGradients_[microBatch] = logits.grad();
-      lossSum += loss.item<double>();
+      const double value = loss.item<double>();
+      if (!std::isfinite(value) && spec_.optimizer.onNonfinite == "fail") {
+        throw Error(std::string(kNonFinite) + "the loss of step " + std::to_string(step) + " micro-batch " +
+                    std::to_string(microBatch) + " is " + std::to_string(value) + " (stage " + std::to_string(stage_) + ")");
+      }
+      lossSum += value;
       return;
     }
   }
@@ -166,6 +176,74 @@ void PipelineRunner::backward(uint64_t step, int microBatch) {
   if (!isFirst()) {
     transmit(*previous_, *codecs_->backward, FrameDirection::Backward, step, microBatch, stage_ - 1, gradInput);
   }
+}
+
+bool PipelineRunner::finishGradients(uint64_t step) {
+  const auto& o = spec_.optimizer;
+  std::vector<at::Tensor> grads;
+  std::vector<std::string> names;
+  for (const auto& [name, parameter] : model_->stateDict()) {
+    if (parameter.grad().defined()) grads.push_back(parameter.grad()), names.push_back(name);
+  }
+  auto culprit = [&]() -> std::string {
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!torch::isfinite(grads[i]).all().item<bool>()) {
+        return "the gradient of " + names[i] + " at step " + std::to_string(step) + " (stage " + std::to_string(stage_) + ")";
+      }
+    }
+    return "";
+  };
+  if (o.clipNorm <= 0 && o.onNonfinite == "fail") {
+    Timed timed(computeSeconds_);
+    if (const std::string bad = culprit(); !bad.empty()) throw Error(std::string(kNonFinite) + bad + " is not finite");
+    return true;
+  }
+  at::Tensor mine = torch::empty({0});
+  {
+    Timed timed(computeSeconds_);
+    std::vector<at::Tensor> norms;
+    for (const auto& g : grads) norms.push_back(g.data().norm(2.0));
+    if (!norms.empty()) mine = torch::stack(norms);
+  }
+  const at::Tensor total = exchangeNorms(step, mine);  // waiting on the neighbours is not compute
+  Timed timed(computeSeconds_);
+  if (!std::isfinite(total.item<double>())) {
+    const std::string bad = culprit();
+    const std::string what = bad.empty() ? "the global gradient norm at step " + std::to_string(step) +
+                                               " (a non-finite gradient in another stage)"
+                                         : bad;
+    if (o.onNonfinite == "fail") throw Error(std::string(kNonFinite) + what + " is not finite");
+    return false;  // "skip": every stage sees the same total, so every stage skips
+  }
+  if (o.clipNorm > 0) {
+    const at::Tensor coefficient = torch::clamp(o.clipNorm / (total + 1e-6), c10::nullopt, 1.0);
+    for (auto& g : grads) g.data().mul_(coefficient);
+  }
+  return true;
+}
+
+at::Tensor PipelineRunner::exchangeNorms(uint64_t step, const at::Tensor& mine) {
+  compression::Codec& plain = decoderFor("none");
+  at::Tensor all = mine;
+  if (!isLast()) {
+    compression::TensorFrame frame = awaitFrame(*next_, FrameDirection::NormUp, step, 0);
+    const auto& shape = frame.tensor.shape;
+    if (shape.size() != 1 || shape[0] > (1 << 20) || frame.tensor.dtype != compression::WireDType::Float32) {
+      throw WireError("norm frame of step " + std::to_string(step) + " carries shape " + describeShape(shape) +
+                      ", expected float32 [k]");
+    }
+    all = torch::cat({mine, plain.decode(frame.tensor)});
+  }
+  at::Tensor total;
+  if (isFirst()) {
+    Timed timed(computeSeconds_);
+    total = all.numel() == 1 ? all[0] : all.norm(2.0);
+  } else {
+    transmit(*previous_, plain, FrameDirection::NormUp, step, 0, stage_ - 1, all);
+    total = receive(*previous_, FrameDirection::NormDown, step, 0, {});
+  }
+  if (!isLast()) transmit(*next_, plain, FrameDirection::NormDown, step, 0, stage_ + 1, total);
+  return total;
 }
 
 std::optional<double> PipelineRunner::runEval(uint64_t step) {

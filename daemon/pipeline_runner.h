@@ -28,8 +28,14 @@ class Optimizer;
 
 namespace skytrain::daemon {
 
+// Starts a stage's failure message when a loss or gradient is NaN or Inf: the job fails
+// (a restart would meet it again).
+constexpr const char* kNonFinite = "non-finite: ";
+
 struct StepStats {
   double loss = 0;            // mean over micro-batches (last stage only, else NaN)
+  double lr = 0;              // the learning rate of the step
+  bool skipped = false;       // a non-finite gradient: no update (on_nonfinite "skip")
   double stepSeconds = 0;     // wall time of the step on this stage
   double computeSeconds = 0;  // forward, backward, loss, optimizer and codec time
   uint64_t bytesSent = 0;     // frame bytes this stage sent during the step
@@ -96,6 +102,14 @@ class PipelineRunner {
 
  private:
   void forward(uint64_t step, int microBatch, double& lossSum);
+  // After the step's last backward: checks the gradients for NaN/Inf and clips them by the
+  // global norm across stages (both by exchanging per-parameter norms along the pipeline,
+  // when clipping or the skip policy is on). False: skip this step's update.
+  bool finishGradients(uint64_t step);
+  // The global gradient norm: this stage's per-parameter norms go upstream joined to the
+  // later stages', the first stage takes the norm of them all (as clip_grad_norm_ does in
+  // one process) and sends it back downstream.
+  at::Tensor exchangeNorms(uint64_t step, const at::Tensor& mine);
   void backward(uint64_t step, int microBatch);
   // The next frame, checked to carry expectedShape (float32) before it is decoded.
   at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch,

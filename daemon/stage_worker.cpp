@@ -175,6 +175,8 @@ void StageWorker::run() {
       message.bytesRaw = static_cast<double>(stats.bytesRaw);
       message.microBatches = runner.microBatches();
       message.checkpointSeconds = checkpointSeconds;
+      message.lr = stats.lr;
+      message.skipped = stats.skipped;
       report(std::move(message));
       confirmCheckpoints(writer);
       const int interval = a.spec.eval.interval;

@@ -1,5 +1,8 @@
 #include "daemon/protocol/job_spec.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
 #include "scheduler/error.h"
@@ -64,6 +67,18 @@ OptimizerSpec parseOptimizer(ObjectReader r) {
   o.beta2 = r.number("beta2", o.beta2, 0.0, 0.999999);
   o.eps = r.number("eps", o.eps, 1e-12, 1.0);
   o.weightDecay = r.number("weight_decay", o.weightDecay, 0.0, 10.0);
+  o.schedule = r.string("schedule", o.schedule);
+  if (o.schedule != "constant" && o.schedule != "cosine" && o.schedule != "linear") {
+    throw SpecError(r.pathOf("schedule"), "unknown schedule \"" + o.schedule + "\" (valid: constant, cosine, linear)");
+  }
+  o.warmupSteps = static_cast<int>(r.integer("warmup_steps", o.warmupSteps, 0, kBig));
+  o.minLr = r.number("min_lr", o.minLr, 0.0, 10.0);
+  if (o.minLr > o.lr) throw SpecError(r.pathOf("min_lr"), "is above lr");
+  o.clipNorm = r.number("clip_norm", o.clipNorm, 0.0, 1e9);
+  o.onNonfinite = r.string("on_nonfinite", o.onNonfinite);
+  if (o.onNonfinite != "fail" && o.onNonfinite != "skip") {
+    throw SpecError(r.pathOf("on_nonfinite"), "\"" + o.onNonfinite + "\" is not fail or skip");
+  }
   r.finish();
   return o;
 }
@@ -154,6 +169,15 @@ void checkTiling(const std::vector<StageSpec>& stages, int modelLayers) {
 }
 
 }  // namespace
+
+double learningRate(const OptimizerSpec& o, int64_t step, int64_t totalSteps) {
+  if (step < o.warmupSteps) return o.lr * static_cast<double>(step + 1) / o.warmupSteps;
+  if (o.schedule == "constant") return o.lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, totalSteps - 1 - o.warmupSteps));
+  const double progress = std::min(1.0, static_cast<double>(step - o.warmupSteps) / span);
+  const double shape = o.schedule == "cosine" ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
+  return o.minLr + (o.lr - o.minLr) * shape;
+}
 
 JobSpec parseJobSpec(const std::string& text) {
   const json document = parseBoundedJson(text, kMaxSpecBytes, kMaxSpecDepth);

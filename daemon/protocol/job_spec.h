@@ -43,12 +43,25 @@ struct DataSpec {
 };
 
 struct OptimizerSpec {
-  double lr = 3e-4;
+  double lr = 3e-4;  // peak learning rate
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weightDecay = 0.01;
+  // Learning-rate schedule: linear warm-up over warmupSteps to lr, then "constant", or
+  // "cosine" / "linear" decay to minLr at the last step.
+  std::string schedule = "constant";
+  int warmupSteps = 0;
+  double minLr = 0;
+  // Gradient clipping by the global norm over every stage's gradients (0: off), computed
+  // as torch.nn.utils.clip_grad_norm_ does in one process.
+  double clipNorm = 0;
+  // A NaN or Inf loss or gradient: "fail" the job, or "skip" the step (no update, counted).
+  std::string onNonfinite = "fail";
 };
+
+// The learning rate of 0-based step `step` of `totalSteps`.
+double learningRate(const OptimizerSpec& optimizer, int64_t step, int64_t totalSteps);
 
 // Codec specs per direction and per phase (compression/codec_registry.h has the grammar).
 struct CompressionSpec {

@@ -82,6 +82,8 @@ StageReport parseReport(ObjectReader& r) {
   m.bytesRaw = r.number("bytes_raw", 0.0, 0.0, 1e18);
   m.microBatches = static_cast<int>(r.integer("micro_batches", 0, 0, kBig));
   m.checkpointSeconds = seconds(r, "checkpoint_s");
+  m.lr = r.number("lr", 0.0, 0.0, 10.0);
+  m.skipped = r.boolean("skipped", false);
   if (const json* profile = r.child("profile", m.kind == ReportKind::Profile)) {
     if (!profile->is_object()) throw SpecError(r.pathOf("profile"), "expected an object");
     m.profile = *profile;
@@ -196,7 +198,8 @@ struct ToJson {
     if (m.kind == ReportKind::Step) {
       j.update({{"loss", m.loss ? json(*m.loss) : json(nullptr)}, {"step_s", m.stepSeconds},
                 {"compute_s", m.computeSeconds}, {"bytes_sent", m.bytesSent}, {"bytes_raw", m.bytesRaw},
-                {"micro_batches", m.microBatches}, {"checkpoint_s", m.checkpointSeconds}});
+                {"micro_batches", m.microBatches}, {"checkpoint_s", m.checkpointSeconds}, {"lr", m.lr},
+                {"skipped", m.skipped}});
     }
     if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
     if (m.kind == ReportKind::Profile) j["profile"] = m.profile;

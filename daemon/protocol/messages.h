@@ -73,6 +73,8 @@ struct StageReport : StageRef {
   double stepSeconds = 0, computeSeconds = 0;
   double bytesSent = 0, bytesRaw = 0;
   double checkpointSeconds = 0;  // step: what taking a checkpoint's snapshot cost the stage
+  double lr = 0;                 // step: the learning rate it used
+  bool skipped = false;          // step: not applied (a non-finite gradient, on_nonfinite "skip")
   int microBatches = 0;
   nlohmann::json profile;  // profile: checked by the planner's reader (daemon/planning.h)
   std::string error;       // failed

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "daemon_fixture.h"
+#include "daemon/protocol/job_spec.h"
 #include "stages/gpt.h"
 #include "stages/text_data.h"
 
@@ -26,7 +27,8 @@ constexpr double kParameterTolerance = 1e-4;
 
 constexpr int kSteps = 4;
 
-Json specFor(const std::string& schedule, int microBatches, const std::string& stage0, const std::string& stage1) {
+Json specFor(const std::string& schedule, int microBatches, const std::string& stage0, const std::string& stage1,
+             const Json& optimizer = {{"lr", 1e-3}}) {
   return {{"name", "equivalence"},
           {"seed", 11},
           {"steps", kSteps},
@@ -35,7 +37,7 @@ Json specFor(const std::string& schedule, int microBatches, const std::string& s
           {"schedule", schedule},
           {"model", {{"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 64}, {"seq_len", 16}}},
           {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
-          {"optimizer", {{"lr", 1e-3}}},
+          {"optimizer", optimizer},
           {"eval", {{"samples", 8}}},
           {"stages", {{{"daemon", stage0}, {"layers", {0, 2}}}, {{"daemon", stage1}, {"layers", {2, 4}}}}}};
 }
@@ -43,10 +45,13 @@ Json specFor(const std::string& schedule, int microBatches, const std::string& s
 struct Trained {
   std::vector<double> losses;
   std::map<std::string, at::Tensor> parameters;
+  int clippedSteps = 0;
 };
 
-// Trains the unsplit model on the whole batch, step by step, in this process.
+// Trains the unsplit model on the whole batch, step by step, in this process: PyTorch's own
+// recipe, the learning rate set per step, clip_grad_norm_ over all parameters.
 Trained trainReference(const Json& spec) {
+  const protocol::OptimizerSpec o = protocol::parseJobSpec(spec.dump()).optimizer;
   stages::GptConfig c;
   c.dModel = 32;
   c.heads = 4;
@@ -60,7 +65,7 @@ Trained trainReference(const Json& spec) {
   options.seed = 11;
   stages::TextDataSource data(options);
   torch::optim::AdamW optimizer(model->parameters(),
-                                torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.01));
+                                torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.01));
   Trained out;
   for (int step = 0; step < kSteps; ++step) {
     const auto batch = data.trainBatch(step, 0, 8);
@@ -68,6 +73,12 @@ Trained trainReference(const Json& spec) {
     const at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), batch.targets.reshape({-1}));
     loss.backward();
     model->backward(0, logits.grad());
+    if (o.clipNorm > 0 && torch::nn::utils::clip_grad_norm_(model->parameters(), o.clipNorm) > o.clipNorm) {
+      ++out.clippedSteps;
+    }
+    for (auto& group : optimizer.param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(protocol::learningRate(o, step, kSteps));
+    }
     optimizer.step();
     optimizer.zero_grad();
     out.losses.push_back(loss.item<double>());
@@ -121,4 +132,36 @@ TEST_CASE("a two-daemon pipeline trains exactly like one process", "[integration
   double moved = 0;
   for (const auto& [name, tensor] : initial) moved = std::max(moved, (parameters.at(name) - tensor).abs().max().item<double>());
   CHECK(moved > 1e-3);
+}
+
+TEST_CASE("with warm-up, cosine decay and global-norm clipping the pipeline still trains like one process",
+          "[integration]") {
+  TestDaemon a("ca"), b("cb");
+  zmq::context_t context;
+  const Json optimizer = {{"lr", 2e-3}, {"schedule", "cosine"}, {"warmup_steps", 2}, {"min_lr", 2e-4},
+                          {"clip_norm", 0.5}};
+  const Trained reference = trainReference(specFor("1f1b", 1, a.control(), b.control(), optimizer));
+  REQUIRE(reference.clippedSteps == kSteps);  // the clip binds: the test compares clipped updates
+  const int m = GENERATE(1, 2);
+  CAPTURE(m);
+  const Json status = runJob(context, a.control(), specFor("1f1b", m, a.control(), b.control(), optimizer));
+  REQUIRE(status["state"] == "succeeded");
+  const std::string job = status["id"];
+  auto parameters = loadStageWeights(a.dir() / "jobs" / job / "stage-0.pt");
+  parameters.merge(loadStageWeights(b.dir() / "jobs" / job / "stage-1.pt"));
+  double worst = 0;
+  for (const auto& [name, expected] : reference.parameters) {
+    INFO(name);
+    worst = std::max(worst, (parameters.at(name) - expected).abs().max().item<double>());
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    CHECK(status["steps"][step]["lr"].get<double>() == protocol::learningRate(protocol::parseJobSpec(
+                                                           specFor("1f1b", m, "tcp://x:1", "tcp://y:1", optimizer).dump())
+                                                           .optimizer,
+                                                       step, kSteps));
+  }
+  // m = 1: the same float operations in the same order, the norm included.
+  if (m == 1) CHECK(worst == 0.0);
+  CHECK(worst <= kParameterTolerance);
+  WARN("clipped, m=" << m << ": max |parameter diff| " << worst);
 }
