@@ -41,7 +41,9 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
         "micro_batches": micro_batches, "schedule": schedule,
         "model": dict(MODEL, layers=stages),
         "data": {"files": [CORPUS]}, "eval": {"samples": 64},
-        "optimizer": {"lr": 0.003},
+        # The default recipe (README "Training recipe"): warm-up, cosine decay, clipping.
+        "optimizer": {"lr": 0.002, "schedule": "cosine", "warmup_steps": max(1, STEPS // 10),
+                      "min_lr": 0.0002, "clip_norm": 1.0},
         "compression": {"forward": forward, "backward": backward},
         "stages": [{"daemon": testbed("control", str(k), capture=True).strip(), "layers": [k, k + 1]}
                    for k in range(stages)],

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Quality with its spread: runs one job spec over N seeds on two loopback daemons and prints
+# each seed's final train loss (mean of the last 10 steps) and validation loss, then the
+# mean, min-max and standard deviation. Every quality figure in docs/ comes from this.
+# Usage (after deploy/build.sh): bash bench/seeds.sh JOB.json SEEDS [PYTHON-EDIT...]
+#   e.g. bash bench/seeds.sh deploy/jobs/gpt-web.json 3 's["steps"] = 300' 's["optimizer"]["lr"] = 1e-3'
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+job=$1 seeds=$2
+shift 2
+work=$(mktemp -d)
+source deploy/local-daemons.sh
+trap 'stop_daemons; rm -rf "$work"' EXIT
+corpus=$root/build/data/web.txt
+deploy/get-corpus.sh "$corpus" > /dev/null
+data_root=$root/build/data
+make_keys "$work/keys" build/client/skytrain 2
+start_daemon A build/daemon/skytraind "$work/a"
+start_daemon B build/daemon/skytraind "$work/b"
+results=()
+for seed in $(seq 1 "$seeds"); do
+  python3 - "$job" "$corpus" "$A" "$B" "$seed" "$work/job.json" "$@" <<'PY'
+import json, sys
+job, corpus, a, b, seed, out, *edits = sys.argv[1:]
+s = json.load(open(job))
+s["data"]["files"] = [corpus]
+s["stages"][0]["daemon"], s["stages"][-1]["daemon"] = a, b
+s["seed"] = int(seed)
+for e in edits:
+    exec(e, {"s": s})
+json.dump(s, open(out, "w"))
+PY
+  id=$(build/client/skytrain --daemon "$A" submit --detach "$work/job.json" | awk '{print $3}')
+  build/client/skytrain --daemon "$A" logs -f "$id" > /dev/null || true
+  line=$(build/client/skytrain --daemon "$A" status --json "$id" | python3 -c "
+import json, sys
+s = json.load(sys.stdin)
+m = s['summary']
+print(s['state'], m.get('final_loss', float('nan')), m.get('validation_loss', float('nan')), sum(1 for r in s['steps'] if r.get('skipped')))")
+  echo "seed $seed: state, train loss (last 10), validation loss, skipped steps: $line"
+  results+=("$line")
+done
+printf '%s\n' "${results[@]}" | python3 -c "
+import sys, statistics as st
+rows = [l.split() for l in sys.stdin if l.strip()]
+for i, what in ((1, 'train loss'), (2, 'validation loss')):
+    v = [float(r[i]) for r in rows]
+    sd = st.stdev(v) if len(v) > 1 else 0.0
+    print(f'{what}: mean {st.mean(v):.4f}, min-max {min(v):.4f}-{max(v):.4f}, std {sd:.4f} over {len(v)} seeds')
+print('succeeded:', sum(r[0] == 'succeeded' for r in rows), 'of', len(rows))"
