@@ -6,18 +6,12 @@
 # Usage (after deploy/build.sh): bash bench/checkpoint_bench.sh [steps] [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
 steps=${1:-60}
 rounds=${2:-2}
 work=$(mktemp -d)
 source deploy/local-daemons.sh
 trap 'stop_daemons; rm -rf "$work"' EXIT
-corpus=$root/build/data/web.txt
-deploy/get-corpus.sh "$corpus" > /dev/null
-data_root=$root/build/data
-make_keys "$work/keys" build/client/skytrain 2
-start_daemon A build/daemon/skytraind "$work/a"
-start_daemon B build/daemon/skytraind "$work/b"
+start_demo_pair "$work"
 run() {  # run INTERVAL -> "mean step s, mean checkpoint_s over checkpointed steps, checkpoint MB"
   python3 - deploy/jobs/gpt-web.json "$corpus" "$A" "$B" "$steps" "$1" "$work/job.json" <<'PY'
 import json, sys

@@ -6,18 +6,12 @@
 #   e.g. bash bench/seeds.sh deploy/jobs/gpt-web.json 3 's["steps"] = 300' 's["optimizer"]["lr"] = 1e-3'
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
 job=$1 seeds=$2
 shift 2
 work=$(mktemp -d)
 source deploy/local-daemons.sh
 trap 'stop_daemons; rm -rf "$work"' EXIT
-corpus=$root/build/data/web.txt
-deploy/get-corpus.sh "$corpus" > /dev/null
-data_root=$root/build/data
-make_keys "$work/keys" build/client/skytrain 2
-start_daemon A build/daemon/skytraind "$work/a"
-start_daemon B build/daemon/skytraind "$work/b"
+start_demo_pair "$work"
 results=()
 for seed in $(seq 1 "$seeds"); do
   python3 - "$job" "$corpus" "$A" "$B" "$seed" "$work/job.json" "$@" <<'PY'

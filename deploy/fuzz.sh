@@ -16,21 +16,9 @@ if ! [[ $seconds =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
-# What the build needs: the project's packages, then clang and libFuzzer.
-bash deploy/install-deps.sh
-packages=(clang-14 libfuzzer-14-dev llvm-14)  # llvm-14: llvm-symbolizer, for stack traces
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -q
-  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+# What the build needs: the project's packages, clang and libFuzzer (llvm-14: the
+# symbolizer, for stack traces).
+bash deploy/install-deps.sh clang-14 libfuzzer-14-dev llvm-14
 
 if [ -n "${FUZZ_TARGETS:-}" ]; then
   read -r -a targets <<<"$FUZZ_TARGETS"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything skytrain needs to build, test and run its demo on Debian 12.
-# Idempotent: apt-get only, safe to run again. Needs root (or sudo).
+# Idempotent: apt-get only, safe to run again. Needs root (or sudo). Extra packages given as
+# arguments are installed too (deploy/fuzz.sh: clang and libFuzzer).
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,7 @@ packages=(
   libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev
   diatheke sword-text-web
   systemd iproute2 procps python3
+  "$@"
 )
 
 sudo_cmd=()

@@ -9,6 +9,8 @@
 #       key in known_daemons, appends its pid to $daemon_pids and sets VAR to its control
 #       endpoint; exits 1 with its log if it does not start. (No $(...): a subshell would
 #       lose the pid.)
+#   start_demo_pair WORK   from the repository root: the demo corpus (build/data), keys, and
+#       two daemons whose control endpoints it puts in $A and $B; sets $corpus
 #   stop_daemons                             stops every daemon started so far
 # With insecure_daemons=1 the daemons run without keys (plaintext; loopback only), for
 # benchmarks that compare the two.
@@ -66,6 +68,15 @@ JSON
   line=$(python3 -c "import json, sys; e = json.load(open(sys.argv[1])); print(e['control'], e.get('public_key', ''))" "$dir/endpoints.json")
   [ "${insecure_daemons:-0}" = 1 ] || echo "$line" >> "$key_dir/known_daemons"
   printf -v "$var" '%s' "${line%% *}"
+}
+
+start_demo_pair() {
+  corpus=$PWD/build/data/web.txt
+  deploy/get-corpus.sh "$corpus" > /dev/null
+  data_root=$PWD/build/data
+  make_keys "$1/keys" build/client/skytrain 2
+  start_daemon A build/daemon/skytraind "$1/a"
+  start_daemon B build/daemon/skytraind "$1/b"
 }
 
 stop_daemons() {
