@@ -199,6 +199,7 @@ int status(const ClientOptions& options, const std::string& job, bool json) {
                 << plans[i]["schedule"].get<std::string>() << " (" << plans[i]["reason"].get<std::string>() << ")\n";
     }
     if (!plans.empty()) std::cout << "plan in force:\n" << formatPlan(plans.back());
+    for (const auto& event : status["events"]) std::cout << formatEvent(event) << "\n";
     std::cout << formatSummary(status);
     return 0;
   });

@@ -150,6 +150,7 @@ void Coordinator::run() {
         why += "; falling back to the previous checkpoint";
       }
       if (outcome == Outcome::Succeeded) {
+        if (table_.dryRun(jobId_)) abortStages();  // profiled and planned: nothing to train
         table_.transition(jobId_, JobState::Succeeded);
         break;
       }
