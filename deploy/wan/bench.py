@@ -9,7 +9,9 @@
 
 Every run is a real job through real daemons; figures are steady state: the mean step time
 after the last plan took effect (the first step under a plan, and profiling, are left out).
-Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch]
+Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch] [tables]
+  tables: any of "abc" (default all); SEEDS=n (default 3) runs table b over seeds 1..n and
+  reports each strategy's mean step time and its validation loss as mean (min-max).
 """
 import json
 import os
@@ -23,6 +25,8 @@ TESTBED = os.path.join(HERE, "testbed.sh")
 CORPUS = os.path.join(ROOT, "build", "data", "web.txt")
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 60
 BATCH = int(sys.argv[2]) if len(sys.argv) > 2 else 32
+TABLES = sys.argv[3] if len(sys.argv) > 3 else "abc"
+SEEDS = int(os.environ.get("SEEDS", "3"))
 # Sized so that an uncompressed micro-batch's transfer at 100 Mbit/s takes longer than its
 # compute here (16 kB a sample each way: ~1.2 ms, against ~0.4 ms of forward and backward).
 MODEL = {"d_model": 64, "heads": 2, "d_ff": 128, "seq_len": 64}
@@ -34,10 +38,10 @@ def testbed(*args, capture=False):
                           stdout=subprocess.PIPE if capture else subprocess.DEVNULL).stdout
 
 
-def run_job(stages, forward="none", backward="none", micro_batches="auto", schedule="auto"):
+def run_job(stages, forward="none", backward="none", micro_batches="auto", schedule="auto", seed=7):
     """Runs one job on the testbed that is up; returns its status."""
     spec = {
-        "name": "bench", "seed": 7, "steps": STEPS, "batch_size": BATCH,
+        "name": "bench", "seed": seed, "steps": STEPS, "batch_size": BATCH,
         "micro_batches": micro_batches, "schedule": schedule,
         "model": dict(MODEL, layers=stages),
         "data": {"files": [CORPUS]}, "eval": {"samples": 64},
@@ -57,7 +61,8 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
     if status["state"] != "succeeded":
         sys.exit(f"benchmark job failed: {status['error']}")
     plan = status["plans"][-1]
-    steady = [s for s in status["steps"] if s["step"] > plan["from_step"]]
+    # A re-plan in the last step leaves nothing after it: then every step but the first counts.
+    steady = [s for s in status["steps"] if s["step"] > plan["from_step"]] or status["steps"][1:]
     step_s = sum(s["step_s"] for s in steady) / len(steady)
     return {
         "step_s": step_s, "samples_per_s": BATCH / step_s, "m": plan["micro_batches"],
@@ -97,16 +102,21 @@ def throughput_tables():
     return results
 
 
-def compression_table(none_run):
-    print(f"### b. Compression at 100 Mbit/s, 20 ms (2 stages, planner on, {STEPS} steps a run)\n")
-    print("| forward / backward | step time (s) | relative to none | bytes/step | validation loss | m |")
-    print("|---|---:|---:|---:|---:|---:|")
-    strategies = [("fp16", "fp16"), ("int8", "int8"), ("fp16+svd:0.6", "int8"), ("fp16+svd:0.2", "int8"),
-                  ("topk:0.1", "topk:0.1")]
-    runs = with_testbed("100:20", lambda: [(f, b, run_job(2, f, b)) for f, b in strategies])
-    for f, b, r in [("none", "none", none_run)] + runs:
-        print(f"| `{f}` / `{b}` | {r['step_s']:.4f} | {r['step_s'] / none_run['step_s']:.2f} | "
-              f"{r['bytes'] / 1e3:.0f} kB | {r['validation']:.4f} | {r['m']} |")
+def compression_table():
+    print(f"### b. Compression at 100 Mbit/s, 20 ms (2 stages, planner on, {STEPS} steps a run, "
+          f"seeds 1..{SEEDS})\n")
+    print("| forward / backward | step time (s, mean) | relative to none | bytes/step | validation loss, mean (min-max) | m |")
+    print("|---|---:|---:|---:|---|---|")
+    strategies = [("none", "none"), ("fp16", "fp16"), ("int8", "int8"), ("fp16+svd:0.6", "int8"),
+                  ("fp16+svd:0.2", "int8"), ("topk:0.1", "topk:0.1")]
+    runs = with_testbed("100:20", lambda: [(f, b, [run_job(2, f, b, seed=k) for k in range(1, SEEDS + 1)])
+                                           for f, b in strategies])
+    base = sum(r["step_s"] for r in runs[0][2]) / SEEDS
+    for f, b, rs in runs:
+        step_s = sum(r["step_s"] for r in rs) / len(rs)
+        vals = [r["validation"] for r in rs]
+        print(f"| `{f}` / `{b}` | {step_s:.4f} | {step_s / base:.2f} | {rs[0]['bytes'] / 1e3:.0f} kB | "
+              f"{sum(vals) / len(vals):.4f} ({min(vals):.4f}-{max(vals):.4f}) | {', '.join(str(r['m']) for r in rs)} |")
     print()
 
 
@@ -138,9 +148,12 @@ def main():
     subprocess.run([os.path.join(ROOT, "deploy", "get-corpus.sh"), CORPUS], check=True, stdout=subprocess.DEVNULL)
     print(f"## Emulated WAN benchmarks\n\nmachine: {os.cpu_count()} cores; model GPT d_model {MODEL['d_model']}, "
           f"{MODEL['heads']} heads, d_ff {MODEL['d_ff']}, seq {MODEL['seq_len']}, one block a stage; batch {BATCH}\n")
-    results = throughput_tables()
-    compression_table(results[(2, "100", "none")])
-    planner_table()
+    if "a" in TABLES:
+        throughput_tables()
+    if "b" in TABLES:
+        compression_table()
+    if "c" in TABLES:
+        planner_table()
 
 
 if __name__ == "__main__":
