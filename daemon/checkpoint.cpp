@@ -7,7 +7,6 @@
 #include <filesystem>
 
 #include "daemon/files.h"
-#include "daemon/timing.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -121,11 +120,6 @@ void CheckpointWriter::drain() {
   if (error_) throw Error(*error_);
 }
 
-double CheckpointWriter::busySeconds() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return busySeconds_;
-}
-
 void CheckpointWriter::run() {
   while (true) {
     std::pair<int64_t, StageSnapshot> item;
@@ -137,7 +131,6 @@ void CheckpointWriter::run() {
       queue_.pop_front();
       busy_ = true;
     }
-    const auto start = Clock::now();
     std::optional<std::string> failure;
     try {
       const auto [step, snapshot] = std::move(item);
@@ -157,7 +150,6 @@ void CheckpointWriter::run() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       busy_ = false;
-      busySeconds_ += secondsSince(start);
       if (failure && !error_) error_ = failure;
     }
     changed_.notify_all();

@@ -53,8 +53,6 @@ class CheckpointWriter {
   std::vector<int64_t> takeWritten();
   // Blocks until the queue is empty; throws the first write error.
   void drain();
-  // Seconds the writer spent writing, in all.
-  double busySeconds() const;
 
  private:
   void run();
@@ -63,7 +61,7 @@ class CheckpointWriter {
   std::string jobDir_;
   int stage_;
   int keep_;
-  mutable std::mutex mutex_;  // guards everything below
+  std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
   std::deque<std::pair<int64_t, StageSnapshot>> queue_;
   std::vector<int64_t> written_;
@@ -71,7 +69,6 @@ class CheckpointWriter {
   std::optional<std::string> error_;
   bool busy_ = false;
   bool stopping_ = false;
-  double busySeconds_ = 0;
   std::thread thread_;  // encodes and writes the files
 };
 

@@ -10,14 +10,11 @@
 #include <sstream>
 
 #include "daemon/files.h"
+#include "daemon/timing.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string newJobId() {
   std::random_device device;
@@ -99,7 +96,7 @@ std::vector<std::string> JobTable::load() {
       if (!isTerminal(r.state) && r.dryRun) {
         r.state = JobState::Failed;
         r.error = "the coordinating daemon stopped during the dry run";
-        r.finishedAt = now();
+        r.finishedAt = wallSeconds();
         persist(r);
       }
       if (!isTerminal(r.state)) unfinished.push_back(r.id);
@@ -127,7 +124,7 @@ std::string JobTable::create(const protocol::JobSpec& spec, const std::string& s
   } while (records_.count(r.id));
   r.spec = spec;
   r.specText = specText;
-  r.createdAt = now();
+  r.createdAt = wallSeconds();
   makeDirectories(jobDir(r.id));
   persist(r);
   const std::string id = r.id;
@@ -184,55 +181,6 @@ Json JobTable::header(const Record& r) const {
           {"finished_at", r.finishedAt}};
 }
 
-Json JobTable::summary(const Record& r) const {
-  Json s = Json::object();
-  if (r.steps.empty()) return s;
-  double seconds = 0, bytes = 0, raw = 0;
-  for (const auto& step : r.steps) {
-    seconds += step["step_s"].get<double>();
-    bytes += step["bytes_sent"].get<double>();
-    raw += step.value("bytes_raw", 0.0);
-  }
-  const double tokensPerStep = static_cast<double>(r.spec.batchSize) * r.spec.model.seqLen;
-  // Single-step losses are noisy; the summary's final loss is the mean of the last ten.
-  const size_t tail = std::min<size_t>(10, r.steps.size());
-  double lastLosses = 0;
-  for (size_t i = r.steps.size() - tail; i < r.steps.size(); ++i) lastLosses += r.steps[i]["loss"].get<double>();
-  s["final_loss"] = lastLosses / tail;
-  s["final_loss_steps"] = tail;
-  s["first_loss"] = r.steps.front()["loss"];
-  s["tokens_per_s"] = tokensPerStep * r.steps.size() / seconds;
-  s["bytes_sent_total"] = bytes;
-  s["bytes_sent_per_step"] = bytes / r.steps.size();
-  s["bytes_raw_per_step"] = raw / r.steps.size();
-  s["train_seconds"] = seconds;
-  if (!r.evals.empty()) s["validation_loss"] = r.evals.back()["loss"];
-  // Predicted vs measured under the plan in force: the first step after a plan is skipped
-  // (it pays for allocating new buffer sizes).
-  if (!r.plans.empty()) {
-    const Json& plan = r.plans.back();
-    const int64_t from = plan["from_step"].get<int64_t>() + 1;
-    double measured = 0, busy = 0;
-    int counted = 0;
-    for (const auto& step : r.steps) {
-      if (step["step"].get<int64_t>() < from) continue;
-      measured += step["step_s"].get<double>();
-      double compute = 0;
-      for (const auto& c : step["compute_s"]) compute += c.get<double>();
-      busy += compute / (step["compute_s"].size() * step["step_s"].get<double>());
-      ++counted;
-    }
-    s["predicted_step_s"] = plan["step_s"];
-    s["predicted_bubble"] = plan["bubble"];
-    if (counted > 0) {
-      s["measured_step_s"] = measured / counted;
-      s["measured_bubble"] = 1.0 - busy / counted;
-      s["measured_steps"] = counted;
-    }
-  }
-  return s;
-}
-
 Json JobTable::status(const std::string& id, size_t sinceStep) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const Record& r = find(id);
@@ -261,10 +209,9 @@ bool JobTable::transition(const std::string& id, JobState state, const std::stri
   if (isTerminal(r.state)) return false;
   r.state = state;
   if (!error.empty()) r.error = error;
-  if (isTerminal(state)) r.finishedAt = now();
+  if (isTerminal(state)) r.finishedAt = wallSeconds();
   persist(r);
-  ++r.version;
-  changed_.notify_all();
+  changed(r);
   return true;
 }
 
@@ -310,89 +257,6 @@ void JobTable::applyReport(const protocol::StageReport& report) {
       break;
     }
   }
-  ++r.version;
-  changed_.notify_all();
-}
-
-bool JobTable::reopen(const std::string& id, const std::string& why) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Record& r = find(id);
-  if (r.state != JobState::Failed && r.state != JobState::Cancelled) return false;
-  r.state = JobState::Preparing;
-  r.error.clear();
-  r.finishedAt = 0;
-  r.restarts = 0;
-  r.events.push_back({{"time", now()}, {"step", r.steps.size()}, {"message", why}});
-  persist(r);
-  changed(r);
-  return true;
-}
-
-void JobTable::beginAttempt(const std::string& id, int attempt, int64_t fromStep) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Record& r = find(id);
-  r.attempt = attempt;
-  r.stagesDone.clear();
-  r.pending.clear();
-  r.profiles.clear();
-  r.confirmations.clear();
-  r.stageFailure.reset();
-  const size_t keep = static_cast<size_t>(fromStep + 1);
-  if (r.steps.size() > keep) {
-    r.steps.resize(keep);
-    std::string rows;
-    for (const auto& row : r.steps) rows += row.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-    writeFileAtomic(jobDir(r.id) + "/metrics.jsonl", rows);
-  }
-  r.evals.erase(std::remove_if(r.evals.begin(), r.evals.end(),
-                               [&](const Json& e) { return e["step"].get<int64_t>() > fromStep; }),
-                r.evals.end());
-  if (!isTerminal(r.state)) r.state = JobState::Running;
-  persist(r);
-  changed(r);
-}
-
-int JobTable::attempts(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return find(id).attempt;
-}
-
-int JobTable::restarts(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return find(id).restarts;
-}
-
-void JobTable::countRestart(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Record& r = find(id);
-  ++r.restarts;
-  persist(r);
-}
-
-std::optional<std::string> JobTable::stageFailure(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return find(id).stageFailure;
-}
-
-int64_t JobTable::lastCheckpoint(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const Record& r = find(id);
-  return r.checkpoints.empty() ? -1 : r.checkpoints.back();
-}
-
-void JobTable::dropCheckpoint(const std::string& id, int64_t step) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Record& r = find(id);
-  r.checkpoints.erase(std::remove(r.checkpoints.begin(), r.checkpoints.end(), step), r.checkpoints.end());
-  persist(r);
-}
-
-void JobTable::addEvent(const std::string& id, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Record& r = find(id);
-  r.events.push_back({{"time", now()}, {"step", r.steps.size()}, {"message", message}});
-  spdlog::info("job {}: {}", id, message);
-  persist(r);
   changed(r);
 }
 
@@ -472,8 +336,7 @@ void JobTable::setPlan(const std::string& id, Json plan, int64_t fromStep, const
   plan["reason"] = reason;
   r.plans.push_back(std::move(plan));
   persist(r);
-  ++r.version;
-  changed_.notify_all();
+  changed(r);
 }
 
 std::vector<Json> JobTable::steps(const std::string& id, size_t from) const {

@@ -7,6 +7,11 @@ namespace skytrain::daemon {
 
 using Clock = std::chrono::steady_clock;
 
+// Seconds since the Unix epoch, for records people read.
+inline double wallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 inline double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }

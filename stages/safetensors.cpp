@@ -1,10 +1,5 @@
 #include "stages/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -183,27 +178,6 @@ SafeTensors decodeSafetensors(const std::string& bytes, const std::string& sourc
   }
   if (expected != dataSize) bad(source, std::to_string(dataSize - expected) + " bytes after the last tensor");
   return out;
-}
-
-SafeTensors readSafetensors(const std::string& path, size_t maxBytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw WireError("safetensors file " + path + ": cannot be opened: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > maxBytes) {
-    ::close(fd);
-    throw WireError("safetensors file " + path + ": not a regular file of at most " + std::to_string(maxBytes) + " bytes");
-  }
-  std::string bytes(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    done += static_cast<size_t>(got);
-  }
-  ::close(fd);
-  if (done != bytes.size()) throw WireError("safetensors file " + path + ": short read");
-  return decodeSafetensors(bytes, path);
 }
 
 }  // namespace skytrain::stages

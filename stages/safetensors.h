@@ -36,8 +36,4 @@ std::string encodeSafetensors(const SafeTensors& file);
 // naming the source and the problem.
 SafeTensors decodeSafetensors(const std::string& bytes, const std::string& source);
 
-// Reads and decodes a file; refuses one over maxBytes or not a regular file. (Writers use
-// encodeSafetensors with an atomic file write.)
-SafeTensors readSafetensors(const std::string& path, size_t maxBytes);
-
 }  // namespace skytrain::stages

@@ -91,8 +91,6 @@ std::optional<Json> ControlClient::tryReceive() {
   return parseControlMessage(frame.data(), frame.size());
 }
 
-std::optional<std::string> ControlClient::handshakeFailure() { return monitor_->failure(); }
-
 Json ControlClient::request(Json message, std::chrono::milliseconds timeout) {
   const uint64_t id = nextId_++;
   message["id"] = id;

@@ -82,8 +82,6 @@ class ControlClient {
   void post(const Json& message);
   // A reply that has arrived (to a posted message carrying an "id"), without waiting.
   std::optional<Json> tryReceive();
-  // Why the CURVE handshake failed, if it did.
-  std::optional<std::string> handshakeFailure();
 
  private:
   void connect();
