@@ -4,7 +4,7 @@
 
 #include "daemon/pipeline_runner.h"
 #include "scheduler/error.h"
-#include "stages/gpt.h"
+#include "stages/model_source.h"
 
 namespace skytrain::daemon {
 namespace {
@@ -58,6 +58,9 @@ std::string MemoryEstimate::describe() const {
 }
 
 void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std::string>& roots) {
+  if (auto& module = spec.stages.at(stage).module; !module.empty()) {
+    module = resolve(module, "$.stages[" + std::to_string(stage) + "].module", roots);
+  }
   if (!readsData(spec, stage)) return;
   for (size_t i = 0; i < spec.data.files.size(); ++i) {
     spec.data.files[i] = resolve(spec.data.files[i], "$.data.files[" + std::to_string(i) + "]", roots);
@@ -68,15 +71,13 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
 }
 
 MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
-  const stages::GptConfig config = gptConfig(spec.model);
-  const auto& range = spec.stages.at(stage);
+  const auto source = stages::makeModelSource(modelConfig(spec));
   MemoryEstimate m;
-  const double parameters = static_cast<double>(stages::gptParameterCount(config, range.firstLayer, range.lastLayer));
-  m.weightBytes = 4 * parameters;
-  m.optimizerBytes = 12 * parameters;  // gradient, exp_avg, exp_avg_sq
+  m.weightBytes = source->weightBytes(stage);
+  m.optimizerBytes = 3 * m.weightBytes;  // gradient, exp_avg, exp_avg_sq
   // With m chosen by the planner the smallest micro-batch is one sample; a fixed m fixes it.
   m.stashSamples = spec.microBatches > 0 ? spec.batchSize / spec.microBatches : 1;
-  m.stashBytes = stages::gptStashBytesPerSample(config, range.firstLayer, range.lastLayer) * m.stashSamples;
+  m.stashBytes = source->stashBytesPerSample(stage) * m.stashSamples;
   if (readsData(spec, stage)) {
     std::error_code ec;
     for (const auto& file : spec.data.files) {

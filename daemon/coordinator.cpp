@@ -144,7 +144,8 @@ void Coordinator::run() {
         outcome = Outcome::Retry;
         why = std::string(e.what()) + "; falling back to the previous checkpoint";
       }
-      if (outcome == Outcome::Retry && why.find(kNonFinite) != std::string::npos) throw Error(why);  // would recur
+      const bool recurs = why.find(kNonFinite) != std::string::npos || why.find(kBadModel) != std::string::npos;
+      if (outcome == Outcome::Retry && recurs) throw Error(why);
       if (outcome == Outcome::Retry && from >= 0 && why.find(kBadCheckpoint) != std::string::npos) {
         table_.dropCheckpoint(jobId_, from);
         why += "; falling back to the previous checkpoint";

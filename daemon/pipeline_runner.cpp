@@ -38,6 +38,16 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   return c;
 }
 
+stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
+  stages::ModelConfig c;
+  c.kind = spec.model.kind;
+  c.gpt = gptConfig(spec.model);
+  c.loss = spec.model.loss;
+  c.seed = spec.seed;
+  for (const auto& s : spec.stages) c.stages.push_back({s.firstLayer, s.lastLayer, s.module, s.inputShape});
+  return c;
+}
+
 PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes)
     : spec_(spec), stage_(stage), jobKey_(jobKey), memoryBudgetBytes_(memoryBudgetBytes) {
   RunPlan initial;
@@ -45,8 +55,12 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   const auto kind = scheduler::parseScheduleKind(spec.schedule);
   if (kind && *kind != scheduler::ScheduleKind::OneFOneBDelayAware) initial.schedule = *kind;
   setPlan(initial);
-  const auto& range = spec.stages.at(stage);
-  model_ = stages::makeGptStage(gptConfig(spec.model), range.firstLayer, range.lastLayer, spec.seed);
+  source_ = stages::makeModelSource(modelConfig(spec));
+  try {
+    model_ = source_->build(stage);
+  } catch (const Error& e) {
+    throw Error(std::string(kBadModel) + e.what());
+  }
   if (isFirst() || isLast()) {
     stages::TextDataOptions options;
     options.files = spec.data.files;
@@ -143,8 +157,7 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
       // The stage keeps the graph; the loss's gradient w.r.t. the logits is taken here and
       // fed to backward() when the schedule reaches B(microBatch).
       at::Tensor logits = output.requires_grad_(true);
-      at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                                             batch.targets.reshape({-1}));
+      at::Tensor loss = model_->loss(logits, batch.targets);
       (loss / schedule_.microBatches).backward();
       lossGradients_[microBatch] = logits.grad();
       const double value = loss.item<double>();
@@ -259,10 +272,8 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
         isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Eval, step, chunk, boundaryShape(stage_, count));
     const at::Tensor output = model_->infer(input);
     if (isLast()) {
-      lossSum += torch::nn::functional::cross_entropy(
-                     output.reshape({-1, output.size(-1)}), batch.targets.reshape({-1}),
-                     torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                     .item<double>();
+      torch::NoGradGuard noGrad;
+      lossSum += model_->loss(output, batch.targets).item<double>() * static_cast<double>(batch.targets.numel());
       tokens += batch.targets.numel();
     } else {
       transmit(*next_, *evalCodec_, FrameDirection::Eval, step, chunk, stage_ + 1, output);
@@ -299,7 +310,7 @@ compression::TensorFrame PipelineRunner::awaitFrame(PeerLink& link, FrameDirecti
 }
 
 std::vector<int64_t> PipelineRunner::boundaryShape(int stage, int64_t samples) const {
-  return stages::gptInputShape(gptConfig(spec_.model), spec_.stages[stage].firstLayer, samples);
+  return source_->inputShape(stage, samples);
 }
 
 at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uint64_t step, int microBatch,

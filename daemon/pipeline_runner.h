@@ -19,6 +19,7 @@
 #include "daemon/protocol/job_spec.h"
 #include "scheduler/schedule.h"
 #include "stages/gpt.h"
+#include "stages/model_source.h"
 #include "stages/stage.h"
 #include "stages/text_data.h"
 
@@ -31,6 +32,9 @@ namespace skytrain::daemon {
 // Starts a stage's failure message when a loss or gradient is NaN or Inf: the job fails
 // (a restart would meet it again).
 constexpr const char* kNonFinite = "non-finite: ";
+// Starts a stage's failure message when its model cannot be built (a bad TorchScript
+// module, a wrong shape): the job fails, for a restart would meet it again.
+constexpr const char* kBadModel = "bad model: ";
 
 struct StepStats {
   double loss = 0;            // mean over micro-batches (last stage only, else NaN)
@@ -53,6 +57,8 @@ struct Aborted {};
 
 // The model zoo's config for a job's model spec.
 stages::GptConfig gptConfig(const protocol::ModelSpec& model);
+// The model source's config: the kind, the sizes, the loss and each stage's part.
+stages::ModelConfig modelConfig(const protocol::JobSpec& spec);
 
 // What the coordinator's planner chose: applied from the next step on.
 struct RunPlan {
@@ -135,6 +141,7 @@ class PipelineRunner {
   double memoryBudgetBytes_;
   scheduler::Schedule schedule_;
   RunPlan plan_;
+  std::unique_ptr<stages::ModelSource> source_;
   std::unique_ptr<stages::Stage> model_;
   std::unique_ptr<stages::TextDataSource> data_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

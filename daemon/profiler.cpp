@@ -34,7 +34,7 @@ std::vector<int64_t> profileSizes(int64_t batch) {
 }  // namespace
 
 at::Tensor PipelineRunner::randomInput(int64_t samples, at::Generator& generator) const {
-  const auto shape = stages::gptInputShape(gptConfig(spec_.model), spec_.stages[stage_].firstLayer, samples);
+  const auto shape = source_->inputShape(stage_, samples);
   if (isFirst()) return torch::randint(0, spec_.model.vocabSize, shape, generator, torch::kLong);
   return torch::randn(shape, generator);
 }
@@ -92,12 +92,11 @@ Json PipelineRunner::profileCompute() {
     gradientBytes.push_back({b, gradBytes});
   }
   optimizer_->zero_grad();  // profiling's gradients must not reach the first step
-  const auto& range = spec_.stages[stage_];
   return {{"forward_s", forward},
           {"backward_s", backward},
           {"output_bytes", outputBytes},
           {"gradient_bytes", gradientBytes},
-          {"stash_bytes_per_sample", stages::gptStashBytesPerSample(gptConfig(spec_.model), range.firstLayer, range.lastLayer)},
+          {"stash_bytes_per_sample", source_->stashBytesPerSample(stage_)},
           {"memory_budget_bytes", memoryBudgetBytes_}};
 }
 

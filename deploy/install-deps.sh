@@ -12,6 +12,7 @@ packages=(
   libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev
   diatheke sword-text-web
   systemd iproute2 procps python3
+  python3-torch  # tests and the example: TorchScript models exported from Python
   "$@"
 )
 

@@ -6,19 +6,37 @@
 
 namespace skytrain::stages {
 
-ModuleStage::ModuleStage(std::shared_ptr<torch::nn::Module> module, ForwardFn forward)
-    : module_(std::move(module)), forward_(std::move(forward)) {}
+at::Tensor Stage::loss(const at::Tensor& output, const at::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), targets.reshape({-1}));
+}
+
+ModuleStage::ModuleStage(ModuleHooks hooks) : hooks_(std::move(hooks)) {}
+
+ModuleStage::ModuleStage(std::shared_ptr<torch::nn::Module> module, std::function<at::Tensor(const at::Tensor&)> forward) {
+  hooks_.forward = std::move(forward);
+  hooks_.train = [module](bool on) { module->train(on); };
+  hooks_.parameters = [module] {
+    NamedTensors out;
+    for (const auto& item : module->named_parameters()) out.emplace_back(item.key(), item.value());
+    return out;
+  };
+  hooks_.buffers = [module] {
+    NamedTensors out;
+    for (const auto& item : module->named_buffers()) out.emplace_back(item.key(), item.value());
+    return out;
+  };
+}
 
 at::Tensor ModuleStage::forward(int microBatch, const at::Tensor& input) {
   SKYTRAIN_CHECK(!stash_.count(microBatch), "micro-batch " << microBatch << " already in flight");
-  module_->train(true);
+  hooks_.train(true);
   Stashed entry;
   at::Tensor x = input;
   if (input.is_floating_point()) {
     entry.input = input.detach().requires_grad_(true);
     x = entry.input;
   }
-  entry.output = forward_(x);
+  entry.output = hooks_.forward(x);
   at::Tensor out = entry.output.detach();
   stash_.emplace(microBatch, std::move(entry));
   return out;
@@ -34,24 +52,34 @@ at::Tensor ModuleStage::backward(int microBatch, const at::Tensor& gradOutput) {
                 c10::str(gradOutput.sizes()) + ", the output has " +
                 c10::str(entry.output.sizes()));
   }
+  if (!entry.output.requires_grad()) return at::Tensor();  // nothing before it trains
   torch::autograd::backward({entry.output}, {gradOutput.to(entry.output.scalar_type())});
   return entry.input.defined() ? entry.input.grad() : at::Tensor();
 }
 
 at::Tensor ModuleStage::infer(const at::Tensor& input) {
   torch::NoGradGuard noGrad;
-  module_->train(false);
-  at::Tensor out = forward_(input);
-  module_->train(true);
+  hooks_.train(false);
+  at::Tensor out = hooks_.forward(input);
+  hooks_.train(true);
   return out;
 }
 
-std::vector<at::Tensor> ModuleStage::parameters() const { return module_->parameters(); }
+at::Tensor ModuleStage::loss(const at::Tensor& output, const at::Tensor& targets) {
+  return hooks_.loss ? hooks_.loss(output, targets) : Stage::loss(output, targets);
+}
+
+std::vector<at::Tensor> ModuleStage::parameters() const {
+  std::vector<at::Tensor> out;
+  for (auto& [name, tensor] : hooks_.parameters()) {
+    if (tensor.requires_grad()) out.push_back(tensor);
+  }
+  return out;
+}
 
 NamedTensors ModuleStage::stateDict() const {
-  NamedTensors out;
-  for (const auto& item : module_->named_parameters()) out.emplace_back(item.key(), item.value());
-  for (const auto& item : module_->named_buffers()) out.emplace_back(item.key(), item.value());
+  NamedTensors out = hooks_.parameters();
+  for (auto& item : hooks_.buffers()) out.push_back(std::move(item));
   return out;
 }
 

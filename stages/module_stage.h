@@ -1,4 +1,6 @@
-// ModuleStage: a Stage over any torch::nn::Module with a tensor -> tensor forward.
+// ModuleStage: a Stage over any module with a tensor -> tensor forward, reached through
+// hooks, so torch::nn modules (the zoo) and TorchScript modules share one implementation of
+// the micro-batch stash and the autograd hand-off.
 #pragma once
 
 #include <functional>
@@ -13,15 +15,25 @@ class Module;
 
 namespace skytrain::stages {
 
+struct ModuleHooks {
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  std::function<void(bool)> train;             // training mode on or off (dropout)
+  std::function<NamedTensors()> parameters;    // named, in a fixed order
+  std::function<NamedTensors()> buffers;
+  // The last stage's loss of (output, targets); empty: Stage's cross-entropy.
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss;
+};
+
 class ModuleStage : public Stage {
  public:
-  using ForwardFn = std::function<at::Tensor(const at::Tensor&)>;
-
-  ModuleStage(std::shared_ptr<torch::nn::Module> module, ForwardFn forward);
+  explicit ModuleStage(ModuleHooks hooks);
+  // A torch::nn module and its forward.
+  ModuleStage(std::shared_ptr<torch::nn::Module> module, std::function<at::Tensor(const at::Tensor&)> forward);
 
   at::Tensor forward(int microBatch, const at::Tensor& input) override;
   at::Tensor backward(int microBatch, const at::Tensor& gradOutput) override;
   at::Tensor infer(const at::Tensor& input) override;
+  at::Tensor loss(const at::Tensor& output, const at::Tensor& targets) override;
   std::vector<at::Tensor> parameters() const override;
   NamedTensors stateDict() const override;
   size_t inFlight() const override { return stash_.size(); }
@@ -31,8 +43,7 @@ class ModuleStage : public Stage {
     at::Tensor input;   // leaf that collects the input gradient (undefined for ids)
     at::Tensor output;
   };
-  std::shared_ptr<torch::nn::Module> module_;
-  ForwardFn forward_;
+  ModuleHooks hooks_;
   std::map<int, Stashed> stash_;
 };
 

@@ -24,7 +24,12 @@ class Stage {
   virtual at::Tensor backward(int microBatch, const at::Tensor& gradOutput) = 0;
   // Forward without autograd or dropout, for validation; keeps nothing.
   virtual at::Tensor infer(const at::Tensor& input) = 0;
+  // The last stage's training loss (a mean) of its output against the targets: by default
+  // cross-entropy over the output's last dimension (token logits).
+  virtual at::Tensor loss(const at::Tensor& output, const at::Tensor& targets);
+  // The parameters that train (frozen ones are left out: no gradient, no optimizer state).
   virtual std::vector<at::Tensor> parameters() const = 0;
+  // Every parameter, then every buffer, by global name.
   virtual NamedTensors stateDict() const = 0;
   // Number of micro-batches whose forward state is held.
   virtual size_t inFlight() const = 0;

@@ -29,7 +29,17 @@ SplitPointSpec parseSplitPoint(ObjectReader r, const ModelSpec& m) {
 ModelSpec parseModel(ObjectReader r) {
   ModelSpec m;
   m.kind = r.string("kind", m.kind);
-  if (m.kind != "gpt") throw SpecError(r.pathOf("kind"), "unknown model kind \"" + m.kind + "\" (valid: gpt)");
+  const auto& kinds = modelKinds();
+  if (std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end()) {
+    std::string valid;
+    for (const auto& kind : kinds) valid += (valid.empty() ? "" : ", ") + kind;
+    throw SpecError(r.pathOf("kind"), "unknown model kind \"" + m.kind + "\" (valid: " + valid + ")");
+  }
+  m.loss = r.string("loss", m.loss);
+  if (m.loss != "cross_entropy" && !(m.loss == "module" && m.kind == "torchscript")) {
+    throw SpecError(r.pathOf("loss"), "unknown loss \"" + m.loss + "\" (valid: cross_entropy" +
+                                          (m.kind == "torchscript" ? ", module)" : "; module needs kind torchscript)"));
+  }
   m.vocabSize = static_cast<int>(r.integer("vocab_size", m.vocabSize, 2, 1 << 20));
   m.dModel = static_cast<int>(r.integer("d_model", m.dModel, 1, 1 << 16));
   m.heads = static_cast<int>(r.integer("heads", m.heads, 1, 1024));
@@ -119,15 +129,50 @@ FailureSpec parseFailure(ObjectReader r) {
   return f;
 }
 
+std::vector<int64_t> parseShape(ObjectReader& r, const std::string& key) {
+  const json* value = r.child(key, true);
+  const std::string path = r.pathOf(key);
+  if (!value->is_array() || value->empty() || value->size() > 8) {
+    throw SpecError(path, "expected 1..8 dimensions of one sample's input, got " + describe(*value));
+  }
+  std::vector<int64_t> shape;
+  int64_t elements = 1;
+  for (const auto& d : *value) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > kMaxSampleElements) {
+      throw SpecError(path, "dimensions must be integers in [1, " + std::to_string(kMaxSampleElements) + "], got " +
+                                describe(*value));
+    }
+    shape.push_back(d.get<int64_t>());
+    elements *= shape.back();
+    if (elements > kMaxSampleElements) {
+      throw SpecError(path, describe(*value) + " is over " + std::to_string(kMaxSampleElements) + " elements a sample");
+    }
+  }
+  return shape;
+}
+
+// A TorchScript stage: its file, and (after the first) the shape it takes.
+StageSpec parseTorchScriptStage(ObjectReader r, size_t index) {
+  StageSpec s;
+  s.daemon = r.string("daemon", std::nullopt);
+  s.key = r.string("key", "");
+  s.module = r.string("module", std::nullopt);
+  if (s.module.empty() || s.module.size() > 4096) throw SpecError(r.pathOf("module"), "must be a file path");
+  if (r.has("layers")) throw SpecError(r.pathOf("layers"), "is for zoo models; a TorchScript stage is its module");
+  if (index == 0 && r.has("input_shape")) {
+    throw SpecError(r.pathOf("input_shape"), "the first stage takes token ids [batch, model.seq_len]");
+  }
+  if (index > 0) s.inputShape = parseShape(r, "input_shape");
+  r.finish();
+  return s;
+}
+
 StageSpec parseStage(ObjectReader r, int modelLayers) {
   StageSpec s;
   s.daemon = r.string("daemon", std::nullopt);
-  if (s.daemon.rfind("tcp://", 0) != 0 && s.daemon.rfind("ipc://", 0) != 0) {
-    throw SpecError(r.pathOf("daemon"), "\"" + s.daemon + "\" is not a tcp:// or ipc:// endpoint");
-  }
   s.key = r.string("key", "");
-  if (!s.key.empty() && !isZ85Key(s.key)) {
-    throw SpecError(r.pathOf("key"), describe(json(s.key)) + " is not a 40-character Z85 public key");
+  if (r.has("module") || r.has("input_shape")) {
+    throw SpecError(r.pathOf(r.has("module") ? "module" : "input_shape"), "is for model.kind \"torchscript\"");
   }
   const json* layers = r.child("layers", true);
   const std::string path = r.pathOf("layers");
@@ -143,6 +188,15 @@ StageSpec parseStage(ObjectReader r, int modelLayers) {
   }
   r.finish();
   return s;
+}
+
+void checkEndpoint(const StageSpec& s, const std::string& path) {
+  if (s.daemon.rfind("tcp://", 0) != 0 && s.daemon.rfind("ipc://", 0) != 0) {
+    throw SpecError(path + ".daemon", "\"" + s.daemon + "\" is not a tcp:// or ipc:// endpoint");
+  }
+  if (!s.key.empty() && !isZ85Key(s.key)) {
+    throw SpecError(path + ".key", describe(json(s.key)) + " is not a 40-character Z85 public key");
+  }
 }
 
 // Ranges must tile [0, layers) in order: each starts where the previous ended.
@@ -217,10 +271,13 @@ JobSpec parseJobSpec(const std::string& text) {
     throw SpecError("$.stages", "expected an array of 1..64 stages, got " + describe(*stages));
   }
   for (size_t i = 0; i < stages->size(); ++i) {
-    spec.stages.push_back(parseStage(ObjectReader((*stages)[i], "$.stages[" + std::to_string(i) + "]"),
-                                     spec.model.layers));
+    const std::string path = "$.stages[" + std::to_string(i) + "]";
+    spec.stages.push_back(spec.model.kind == "torchscript"
+                              ? parseTorchScriptStage(ObjectReader((*stages)[i], path), i)
+                              : parseStage(ObjectReader((*stages)[i], path), spec.model.layers));
+    checkEndpoint(spec.stages.back(), path);
   }
-  checkTiling(spec.stages, spec.model.layers);
+  if (spec.model.kind != "torchscript") checkTiling(spec.stages, spec.model.layers);
   r.finish();
   return spec;
 }

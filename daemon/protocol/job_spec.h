@@ -12,8 +12,10 @@ namespace skytrain::protocol {
 struct StageSpec {
   std::string daemon;  // control endpoint of the daemon hosting the stage
   std::string key;     // its CURVE public key (Z85); empty: from the known daemons
-  int firstLayer = 0;  // blocks [firstLayer, lastLayer)
+  int firstLayer = 0;  // blocks [firstLayer, lastLayer) (zoo models)
   int lastLayer = 0;
+  std::string module;  // model.kind "torchscript": the stage's TorchScript file
+  std::vector<int64_t> inputShape;  // torchscript, stages after the first: per-sample input
 };
 
 // A low-rank split point (stages/gpt.h): the layer of a block factored as U S V with rank r.
@@ -24,8 +26,15 @@ struct SplitPointSpec {
   bool keepResidual = false;
 };
 
+// The model kinds a spec may name (stages/model_source.h has their sources).
+inline const std::vector<std::string>& modelKinds() {
+  static const std::vector<std::string> kinds{"gpt", "torchscript"};
+  return kinds;
+}
+
 struct ModelSpec {
   std::string kind = "gpt";
+  std::string loss = "cross_entropy";  // or "module": the last TorchScript stage's loss()
   int vocabSize = 256;
   int dModel = 128;
   int heads = 4;
@@ -120,6 +129,7 @@ struct JobSpec {
 
 constexpr size_t kMaxSpecBytes = 1 << 20;
 constexpr int kMaxSpecDepth = 16;
+constexpr int64_t kMaxSampleElements = int64_t{1} << 24;  // of one sample's input_shape
 
 // Parses and validates a job spec. Throws skytrain::SpecError naming the JSON path and the
 // bad value on: invalid JSON, size or depth over the caps, unknown keys, wrong types,

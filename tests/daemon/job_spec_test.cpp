@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <functional>
+
 #include "daemon/protocol/job_spec.h"
 #include "scheduler/error.h"
 
@@ -139,4 +141,40 @@ TEST_CASE("malformed, oversized and deeply nested documents are refused") {
   CHECK_THROWS_WITH(parseJobSpec(std::string(skytrain::protocol::kMaxSpecBytes + 1, ' ')), Catch::Contains("limit"));
   std::string deep = "{\"name\":" + std::string(100, '[') + std::string(100, ']') + "}";
   CHECK_THROWS_WITH(parseJobSpec(deep), Catch::Contains("nested deeper"));
+}
+
+TEST_CASE("torchscript specs: a module per stage, input shapes after the first, no layer ranges") {
+  json s = validSpec();
+  s["model"] = {{"kind", "torchscript"}, {"vocab_size", 256}, {"seq_len", 16}, {"loss", "module"}};
+  s["stages"] = {{{"daemon", "tcp://127.0.0.1:7100"}, {"module", "/m/a.pt"}},
+                 {{"daemon", "tcp://127.0.0.1:7110"}, {"module", "/m/b.pt"}, {"input_shape", {16, 32}}}};
+  const auto spec = parseJobSpec(s.dump());
+  CHECK(spec.model.kind == "torchscript");
+  CHECK(spec.model.loss == "module");
+  CHECK(spec.stages[1].module == "/m/b.pt");
+  CHECK(spec.stages[1].inputShape == std::vector<int64_t>{16, 32});
+
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& path, const std::string& words) {
+    json bad = s;
+    edit(bad);
+    const auto [where, message] = refusal(bad);
+    CHECK(where == path);
+    CHECK(message.find(words) != std::string::npos);
+  };
+  refused([](json& j) { j["model"]["kind"] = "bert"; }, "$.model.kind", "valid: gpt, torchscript");
+  refused([](json& j) { j["stages"][1].erase("module"); }, "$.stages[1].module", "missing");
+  refused([](json& j) { j["stages"][1].erase("input_shape"); }, "$.stages[1].input_shape", "missing");
+  refused([](json& j) { j["stages"][0]["input_shape"] = {16}; }, "$.stages[0].input_shape", "token ids");
+  refused([](json& j) { j["stages"][1]["layers"] = {0, 2}; }, "$.stages[1].layers", "TorchScript stage");
+  refused([](json& j) { j["stages"][1]["input_shape"] = {16, 0}; }, "$.stages[1].input_shape", "[1, ");
+  refused([](json& j) { j["stages"][1]["input_shape"] = {1 << 13, 1 << 13}; }, "$.stages[1].input_shape", "elements");
+  refused([](json& j) { j["stages"][1]["input_shape"] = "16x32"; }, "$.stages[1].input_shape", "dimensions");
+  refused([](json& j) { j["model"]["loss"] = "mse"; }, "$.model.loss", "unknown loss");
+
+  json gpt = validSpec();
+  gpt["stages"][1]["module"] = "/m/b.pt";
+  CHECK(refusal(gpt).first == "$.stages[1].module");
+  gpt = validSpec();
+  gpt["model"]["loss"] = "module";
+  CHECK(refusal(gpt).second.find("module needs kind torchscript") != std::string::npos);
 }

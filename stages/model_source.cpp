@@ -1,0 +1,137 @@
+#include "stages/model_source.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+
+#include "scheduler/error.h"
+#include "stages/torchscript_stage.h"
+
+namespace skytrain::stages {
+namespace {
+
+std::string shapeText(at::IntArrayRef shape) { return c10::str(shape); }
+
+// The zoo's decoder: blocks cut by layer range, weights from (seed, global name).
+class GptSource : public ModelSource {
+ public:
+  explicit GptSource(ModelConfig config) : c_(std::move(config)) {}
+
+  std::unique_ptr<Stage> build(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return makeGptStage(c_.gpt, s.firstLayer, s.lastLayer, c_.seed);
+  }
+  std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
+    return gptInputShape(c_.gpt, c_.stages.at(stage).firstLayer, samples);
+  }
+  double weightBytes(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return 4.0 * static_cast<double>(gptParameterCount(c_.gpt, s.firstLayer, s.lastLayer));
+  }
+  double stashBytesPerSample(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return gptStashBytesPerSample(c_.gpt, s.firstLayer, s.lastLayer);
+  }
+
+ private:
+  ModelConfig c_;
+};
+
+// One TorchScript file per stage. The first stage takes token ids [b, seq_len]; stage i > 0
+// takes float32 [b, input_shape...] as the spec declares; the last stage's output goes to
+// the loss. Each file is checked when its stage is built, on two zero samples.
+class TorchScriptSource : public ModelSource {
+ public:
+  explicit TorchScriptSource(ModelConfig config) : c_(std::move(config)) {}
+
+  std::unique_ptr<Stage> build(int stage) const override {
+    const std::string& file = c_.stages.at(stage).module;
+    const bool last = stage + 1 == static_cast<int>(c_.stages.size());
+    const bool moduleLoss = last && c_.loss == "module";
+    auto built = loadTorchScriptStage(file, moduleLoss);
+    const auto input = inputShape(stage, 2);
+    const at::Tensor probe = stage == 0 ? torch::zeros(input, torch::kLong) : torch::zeros(input);
+    const std::string what = file + " (stage " + std::to_string(stage) + "): forward on " +
+                             (stage == 0 ? "token ids " : "float32 ") + shapeText(input);
+    at::Tensor output;
+    try {
+      output = built->infer(probe);
+    } catch (const std::exception& e) {
+      throw Error(what + " failed: " + firstLineOf(e));
+    }
+    if (output.scalar_type() != at::kFloat) {
+      throw Error(what + " returned " + std::string(c10::toString(output.scalar_type())) + ", expected float32");
+    }
+    if (!last) {
+      const auto next = inputShape(stage + 1, 2);
+      if (!output.sizes().equals(next)) {
+        throw Error(what + " returned " + shapeText(output.sizes()) + "; stage " + std::to_string(stage + 1) +
+                    " takes " + shapeText(next) + " (its input_shape)");
+      }
+    } else if (!moduleLoss) {
+      const std::vector<int64_t> logits{2, c_.gpt.seqLen, c_.gpt.vocabSize};
+      if (!output.sizes().equals(logits)) {
+        throw Error(what + " returned " + shapeText(output.sizes()) + "; the cross-entropy loss takes logits " +
+                    shapeText(logits) + " ([samples, seq_len, vocab_size])");
+      }
+    } else {
+      try {
+        torch::NoGradGuard noGrad;
+        const at::Tensor loss = built->loss(output, torch::zeros({2, c_.gpt.seqLen}, torch::kLong));
+        if (loss.numel() != 1) throw Error("returned shape " + shapeText(loss.sizes()) + ", not a scalar");
+      } catch (const std::exception& e) {
+        throw Error(file + " (stage " + std::to_string(stage) + "): loss(output, targets) failed: " + firstLineOf(e));
+      }
+    }
+    return built;
+  }
+  std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
+    if (stage == 0) return {samples, c_.gpt.seqLen};
+    std::vector<int64_t> shape{samples};
+    const auto& perSample = c_.stages.at(stage).inputShape;
+    shape.insert(shape.end(), perSample.begin(), perSample.end());
+    return shape;
+  }
+  double weightBytes(int stage) const override {
+    // A TorchScript archive stores its tensors uncompressed: its size bounds the weights.
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(c_.stages.at(stage).module, ec);
+    return ec ? 0.0 : static_cast<double>(size);
+  }
+  double stashBytesPerSample(int) const override { return 0; }
+
+ private:
+  ModelConfig c_;
+};
+
+using Factory = std::unique_ptr<ModelSource> (*)(const ModelConfig&);
+
+const std::map<std::string, Factory>& registry() {
+  static const std::map<std::string, Factory> kinds{
+      {"gpt", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
+      {"torchscript",
+       [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<TorchScriptSource>(c); }},
+  };
+  return kinds;
+}
+
+}  // namespace
+
+std::vector<std::string> modelKinds() {
+  std::vector<std::string> out;
+  for (const auto& [kind, factory] : registry()) out.push_back(kind);
+  return out;
+}
+
+std::unique_ptr<ModelSource> makeModelSource(const ModelConfig& config) {
+  const auto it = registry().find(config.kind);
+  if (it == registry().end()) {
+    std::string valid;
+    for (const auto& kind : modelKinds()) valid += (valid.empty() ? "" : ", ") + kind;
+    throw Error("unknown model kind \"" + config.kind + "\" (valid: " + valid + ")");
+  }
+  return it->second(config);
+}
+
+}  // namespace skytrain::stages

@@ -1,0 +1,57 @@
+#include "stages/torchscript_stage.h"
+
+#include <torch/script.h>
+
+#include "scheduler/error.h"
+#include "stages/module_stage.h"
+
+namespace skytrain::stages {
+namespace {
+
+at::Tensor asTensor(const c10::IValue& value, const char* method) {
+  if (!value.isTensor()) throw Error(std::string(method) + " returned " + value.tagKind() + ", not a Tensor");
+  return value.toTensor();
+}
+
+}  // namespace
+
+std::string firstLineOf(const std::exception& e) {
+  std::string text = e.what();
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) text = c10->what_without_backtrace();
+  const auto end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+std::unique_ptr<Stage> loadTorchScriptStage(const std::string& file, bool moduleLoss) {
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(file, c10::Device(c10::kCPU));
+  } catch (const std::exception& e) {
+    throw Error(file + ": not a loadable TorchScript module: " + firstLineOf(e));
+  }
+  if (!module.find_method("forward")) throw Error(file + ": the module has no forward method");
+  if (moduleLoss && !module.find_method("loss")) {
+    throw Error(file + ": the module has no loss(output, targets) method (model.loss is \"module\")");
+  }
+  ModuleHooks hooks;
+  hooks.forward = [module](const at::Tensor& x) mutable { return asTensor(module.forward({x}), "forward"); };
+  hooks.train = [module](bool on) mutable { module.train(on); };
+  hooks.parameters = [module] {
+    NamedTensors out;
+    for (const auto& item : module.named_parameters(/*recurse=*/true)) out.emplace_back(item.name, item.value);
+    return out;
+  };
+  hooks.buffers = [module] {
+    NamedTensors out;
+    for (const auto& item : module.named_buffers(/*recurse=*/true)) out.emplace_back(item.name, item.value);
+    return out;
+  };
+  if (moduleLoss) {
+    hooks.loss = [module](const at::Tensor& output, const at::Tensor& targets) mutable {
+      return asTensor(module.get_method("loss")({output, targets}), "loss");
+    };
+  }
+  return std::make_unique<ModuleStage>(std::move(hooks));
+}
+
+}  // namespace skytrain::stages
