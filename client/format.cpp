@@ -43,6 +43,16 @@ std::string formatPlan(const nlohmann::json& plan) {
                   1e3 * s["forward_s"]["a"].get<double>(), 1e3 * s["forward_s"]["k"].get<double>(),
                   1e3 * s["backward_s"]["a"].get<double>(), 1e3 * s["backward_s"]["k"].get<double>());
     out += line;
+    if (s.contains("parameters")) {
+      std::snprintf(line, sizeof line, "           %lld parameters train, %lld frozen\n",
+                    static_cast<long long>(s["parameters"]["trainable"].get<int64_t>()),
+                    static_cast<long long>(s["parameters"]["frozen"].get<int64_t>()));
+      out += line;
+    }
+    for (const auto& init : s.value("init_from", nlohmann::json::array())) {
+      out += "           init_from " + init["file"].get<std::string>() + ": " + std::to_string(init["loaded"].get<int>()) +
+             " tensors loaded, " + std::to_string(init["from_seed"].get<int>()) + " trainable kept from the seed\n";
+    }
   }
   out += "     m  schedule     step (s)  bubble     sent/step     stash  \n";
   for (const auto& row : plan["table"]) {

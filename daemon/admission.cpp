@@ -61,6 +61,9 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
   if (auto& module = spec.stages.at(stage).module; !module.empty()) {
     module = resolve(module, "$.stages[" + std::to_string(stage) + "].module", roots);
   }
+  for (size_t i = 0; i < spec.model.initFrom.size(); ++i) {
+    spec.model.initFrom[i] = resolve(spec.model.initFrom[i], "$.model.init_from[" + std::to_string(i) + "]", roots);
+  }
   if (!readsData(spec, stage)) return;
   for (size_t i = 0; i < spec.data.files.size(); ++i) {
     spec.data.files[i] = resolve(spec.data.files[i], "$.data.files[" + std::to_string(i) + "]", roots);
@@ -78,8 +81,12 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
   // With m chosen by the planner the smallest micro-batch is one sample; a fixed m fixes it.
   m.stashSamples = spec.microBatches > 0 ? spec.batchSize / spec.microBatches : 1;
   m.stashBytes = source->stashBytesPerSample(stage) * m.stashSamples;
+  std::error_code ec;
+  for (const auto& file : spec.model.initFrom) {
+    const auto size = std::filesystem::file_size(file, ec);
+    if (!ec) m.dataBytes += static_cast<double>(size);  // read whole, once
+  }
   if (readsData(spec, stage)) {
-    std::error_code ec;
     for (const auto& file : spec.data.files) {
       const auto size = std::filesystem::file_size(file, ec);
       // The text, its tokens (int32) and their train/validation copies.

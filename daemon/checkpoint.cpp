@@ -22,17 +22,11 @@ std::string hex64(uint64_t v) {
 }
 
 std::string readAll(const std::string& path, size_t maxBytes) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw WireError("checkpoint file " + path + " is missing");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec || size > maxBytes) throw WireError("checkpoint file " + path + " is too large or unreadable");
-  std::string bytes(size, '\0');
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw WireError("checkpoint file " + path + " cannot be opened");
-  const size_t got = std::fread(bytes.data(), 1, size, f);
-  std::fclose(f);
-  if (got != size) throw WireError("checkpoint file " + path + ": short read");
-  return bytes;
+  try {
+    return readFile(path, maxBytes);
+  } catch (const Error& e) {
+    throw WireError(std::string("checkpoint file ") + e.what());
+  }
 }
 
 }  // namespace

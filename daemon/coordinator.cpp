@@ -24,6 +24,8 @@ constexpr std::chrono::milliseconds kStageRequestTimeout{5000};
 constexpr double kReplanTolerance = 0.2;
 constexpr int kReplanPatience = 5;
 constexpr int64_t kReplanLead = 3;
+// How long a refused stage.start waits for the stage's own failure report.
+constexpr std::chrono::milliseconds kStageReportGrace{1000};
 
 }  // namespace
 
@@ -98,6 +100,7 @@ void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step
   plannedMicroBatches_ = chosen.chosen.microBatches;
   nlohmann::json record = toJson(chosen, input);
   record["calibration"] = calibration_;
+  describeStages(record, profiles);
   table_.setPlan(jobId_, std::move(record), step, reason);
   spdlog::info("job {}: plan from step {} ({}): m={} {} predicted {:.4f} s/step", jobId_, step, reason,
                chosen.chosen.microBatches, scheduler::toString(chosen.chosen.schedule), chosen.chosen.stepSeconds);
@@ -202,8 +205,20 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
   table_.beginAttempt(jobId_, attempt, fromStep);
   try {
     prepareAndStart(attempt, fromStep);
-  } catch (const PeerError& e) {
-    if (attempt == 0) throw Error(e.what());  // never ran: an unreachable stage is the user's to fix
+  } catch (const Error& e) {
+    // A stage that failed while building (a bad model) reports why, and is gone by the time
+    // it is started: its report, not the refused start, is the reason.
+    const auto until = std::chrono::steady_clock::now() + kStageReportGrace;
+    while (!table_.stageFailure(jobId_) && std::chrono::steady_clock::now() < until) {
+      table_.waitForChange(jobId_, std::chrono::milliseconds(50));
+    }
+    if (auto failure = table_.stageFailure(jobId_)) {
+      why = *failure;
+      if (why.find(kBadCheckpoint) != std::string::npos) return Outcome::Retry;  // falls back a checkpoint
+      throw Error(why);  // building the stage failed, and would fail again
+    }
+    // Never ran: an unreachable stage is the user's to fix.
+    if (attempt == 0 && dynamic_cast<const PeerError*>(&e)) throw Error(e.what());
     throw;
   }
   std::vector<HeartbeatTarget> targets;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -62,6 +63,20 @@ void makeDirectories(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) throw Error("cannot create directory \"" + path + "\": " + ec.message());
+}
+
+std::string readFile(const std::string& path, size_t maxBytes) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + " is missing or not a regular file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > maxBytes) throw Error(path + " is too large or unreadable");
+  std::string bytes(size, '\0');
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("cannot open", path);
+  const size_t got = std::fread(bytes.data(), 1, size, f);
+  std::fclose(f);
+  if (got != size) throw Error(path + ": short read");
+  return bytes;
 }
 
 }  // namespace skytrain::daemon

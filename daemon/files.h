@@ -1,6 +1,7 @@
 // Durable file writes for job records, metrics and stage weights.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace skytrain::daemon {
@@ -14,5 +15,8 @@ void appendLine(const std::string& path, const std::string& line);
 
 // Creates a directory and its parents; throws skytrain::Error naming the path.
 void makeDirectories(const std::string& path);
+
+// The whole of a regular file of at most maxBytes. Throws skytrain::Error naming the path.
+std::string readFile(const std::string& path, size_t maxBytes);
 
 }  // namespace skytrain::daemon

@@ -5,9 +5,12 @@
 #include <cmath>
 
 #include "compression/codec_registry.h"
+#include "daemon/files.h"
 #include "daemon/timing.h"
 #include "scheduler/error.h"
 #include "stages/gpt.h"
+#include "stages/safetensors.h"
+#include "stages/weights.h"
 
 namespace skytrain::daemon {
 namespace {
@@ -58,9 +61,16 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   source_ = stages::makeModelSource(modelConfig(spec));
   try {
     model_ = source_->build(stage);
-  } catch (const Error& e) {
+    parameterCounts_ = stages::applyTrainable(*model_, spec.model.trainable);
+    for (const auto& file : spec.model.initFrom) {
+      const auto result =
+          stages::initialiseFrom(*model_, stages::decodeSafetensors(readFile(file, kMaxInitBytes), file), file);
+      initReport_.push_back({{"file", file}, {"loaded", result.loaded}, {"from_seed", result.fromSeed.size()}});
+    }
+  } catch (const Error& e) {  // WireError (a malformed file) included
     throw Error(std::string(kBadModel) + e.what());
   }
+
   if (isFirst() || isLast()) {
     stages::TextDataOptions options;
     options.files = spec.data.files;

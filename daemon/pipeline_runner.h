@@ -22,6 +22,7 @@
 #include "stages/model_source.h"
 #include "stages/stage.h"
 #include "stages/text_data.h"
+#include "stages/weights.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -35,6 +36,7 @@ constexpr const char* kNonFinite = "non-finite: ";
 // Starts a stage's failure message when its model cannot be built (a bad TorchScript
 // module, a wrong shape): the job fails, for a restart would meet it again.
 constexpr const char* kBadModel = "bad model: ";
+constexpr size_t kMaxInitBytes = size_t{1} << 40;  // one init_from file
 
 struct StepStats {
   double loss = 0;            // mean over micro-batches (last stage only, else NaN)
@@ -142,6 +144,8 @@ class PipelineRunner {
   scheduler::Schedule schedule_;
   RunPlan plan_;
   std::unique_ptr<stages::ModelSource> source_;
+  stages::ParameterCounts parameterCounts_;
+  nlohmann::json initReport_ = nlohmann::json::array();  // per init_from file: loaded, from_seed
   std::unique_ptr<stages::Stage> model_;
   std::unique_ptr<stages::TextDataSource> data_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

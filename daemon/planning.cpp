@@ -102,4 +102,20 @@ Json toJson(const scheduler::Plan& plan, const scheduler::PlannerInput& input) {
   return out;
 }
 
+void describeStages(Json& plan, const std::vector<Json>& profiles) {
+  for (size_t s = 0; s < profiles.size() && s < plan["stages"].size(); ++s) {
+    const Json* compute = profiles[s].is_object() && profiles[s].contains("compute") ? &profiles[s]["compute"] : nullptr;
+    if (!compute || !compute->is_object()) continue;
+    const auto parameters = compute->find("parameters");
+    if (parameters != compute->end() && parameters->is_object() && parameters->value("trainable", Json()).is_number_integer() &&
+        parameters->value("frozen", Json()).is_number_integer()) {
+      plan["stages"][s]["parameters"] = {{"trainable", (*parameters)["trainable"]}, {"frozen", (*parameters)["frozen"]}};
+    }
+    const auto init = compute->find("init_from");
+    if (init != compute->end() && init->is_array() && !init->empty() && init->size() <= 256) {
+      plan["stages"][s]["init_from"] = *init;
+    }
+  }
+}
+
 }  // namespace skytrain::daemon

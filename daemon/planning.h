@@ -29,5 +29,9 @@ void calibrate(scheduler::PlannerInput& input, const std::vector<double>& second
 
 nlohmann::json toJson(const scheduler::PlanRow& row);
 nlohmann::json toJson(const scheduler::Plan& plan, const scheduler::PlannerInput& input);
+// Adds to each of a plan's stages what its profile says of its parameters: trainable and
+// frozen counts, and what init_from loaded. Left out where a profile lacks them or has
+// them malformed.
+void describeStages(nlohmann::json& plan, const std::vector<nlohmann::json>& profiles);
 
 }  // namespace skytrain::daemon

@@ -97,6 +97,8 @@ Json PipelineRunner::profileCompute() {
           {"output_bytes", outputBytes},
           {"gradient_bytes", gradientBytes},
           {"stash_bytes_per_sample", source_->stashBytesPerSample(stage_)},
+          {"parameters", {{"trainable", parameterCounts_.trainable}, {"frozen", parameterCounts_.frozen}}},
+          {"init_from", initReport_},
           {"memory_budget_bytes", memoryBudgetBytes_}};
 }
 

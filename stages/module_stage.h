@@ -35,6 +35,7 @@ class ModuleStage : public Stage {
   at::Tensor infer(const at::Tensor& input) override;
   at::Tensor loss(const at::Tensor& output, const at::Tensor& targets) override;
   std::vector<at::Tensor> parameters() const override;
+  NamedTensors namedParameters() const override { return hooks_.parameters(); }
   NamedTensors stateDict() const override;
   size_t inFlight() const override { return stash_.size(); }
 

@@ -29,6 +29,8 @@ class Stage {
   virtual at::Tensor loss(const at::Tensor& output, const at::Tensor& targets);
   // The parameters that train (frozen ones are left out: no gradient, no optimizer state).
   virtual std::vector<at::Tensor> parameters() const = 0;
+  // Every parameter, trainable or frozen, by global name.
+  virtual NamedTensors namedParameters() const = 0;
   // Every parameter, then every buffer, by global name.
   virtual NamedTensors stateDict() const = 0;
   // Number of micro-batches whose forward state is held.

@@ -51,6 +51,24 @@ ModelSpec parseModel(ObjectReader r) {
     throw SpecError(r.pathOf("heads"), "d_model " + std::to_string(m.dModel) + " is not divisible by heads " +
                                            std::to_string(m.heads));
   }
+  if (const json* init = r.child("init_from", false)) {
+    const std::string path = r.pathOf("init_from");
+    const json files = init->is_string() ? json::array({*init}) : *init;
+    if (!files.is_array() || files.empty() || files.size() > 256) {
+      throw SpecError(path, "expected a file or an array of 1..256 files, got " + describe(*init));
+    }
+    for (const auto& f : files) {
+      if (!f.is_string() || f.get<std::string>().empty() || f.get<std::string>().size() > 4096) {
+        throw SpecError(path, describe(f) + " is not a file path");
+      }
+      m.initFrom.push_back(f.get<std::string>());
+    }
+  }
+  m.trainable = r.strings("trainable", std::vector<std::string>{});
+  if (m.trainable.size() > 1024) throw SpecError(r.pathOf("trainable"), "more than 1024 patterns");
+  for (const auto& pattern : m.trainable) {
+    if (pattern.empty() || pattern.size() > 256) throw SpecError(r.pathOf("trainable"), "patterns are 1..256 characters");
+  }
   if (const auto* split = r.child("split_point", false)) {
     m.splitPoint = parseSplitPoint(ObjectReader(*split, r.pathOf("split_point")), m);
   }

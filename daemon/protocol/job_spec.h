@@ -43,6 +43,11 @@ struct ModelSpec {
   int seqLen = 64;
   double dropout = 0.0;
   SplitPointSpec splitPoint;
+  // Starting weights: safetensors files (a skytrain checkpoint's stage files among them)
+  // whose tensors are matched to the stages' parameters by name. Empty: from the seed.
+  std::vector<std::string> initFrom;
+  // Shell-glob patterns of the parameters that train; the rest are frozen. Empty: all train.
+  std::vector<std::string> trainable;
 };
 
 struct DataSpec {

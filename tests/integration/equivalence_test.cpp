@@ -4,12 +4,15 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <fstream>
 #include <map>
 
 #include "daemon_fixture.h"
 #include "daemon/protocol/job_spec.h"
 #include "stages/gpt.h"
+#include "stages/safetensors.h"
 #include "stages/text_data.h"
+#include "stages/weights.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;
@@ -51,7 +54,8 @@ struct Trained {
 // Trains the unsplit model on the whole batch, step by step, in this process: PyTorch's own
 // recipe, the learning rate set per step, clip_grad_norm_ over all parameters.
 Trained trainReference(const Json& spec) {
-  const protocol::OptimizerSpec o = protocol::parseJobSpec(spec.dump()).optimizer;
+  const protocol::JobSpec parsed = protocol::parseJobSpec(spec.dump());
+  const protocol::OptimizerSpec o = parsed.optimizer;
   stages::GptConfig c;
   c.dModel = 32;
   c.heads = 4;
@@ -59,6 +63,12 @@ Trained trainReference(const Json& spec) {
   c.dFf = 64;
   c.seqLen = 16;
   auto model = stages::makeGptStage(c, 0, 4, 11);
+  stages::applyTrainable(*model, parsed.model.trainable);
+  for (const auto& file : parsed.model.initFrom) {
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    stages::initialiseFrom(*model, stages::decodeSafetensors(bytes, file), file);
+  }
   stages::TextDataOptions options;
   options.files = {SKYTRAIN_TEST_CORPUS};
   options.seqLen = 16;
@@ -164,4 +174,68 @@ TEST_CASE("with warm-up, cosine decay and global-norm clipping the pipeline stil
   if (m == 1) CHECK(worst == 0.0);
   CHECK(worst <= kParameterTolerance);
   WARN("clipped, m=" << m << ": max |parameter diff| " << worst);
+}
+
+TEST_CASE("weights from init_from and frozen parameters: the pipeline still trains like one process",
+          "[integration]") {
+  TestDaemon a("fa"), b("fb");
+  zmq::context_t context;
+  // Pretrained weights: the same model from another seed, as a safetensors file.
+  const auto file = a.dir() / "pretrained.safetensors";
+  stages::SafeTensors pretrained;
+  for (const auto& [name, tensor] : stages::makeGptStage(stages::GptConfig{256, 32, 4, 4, 64, 16, 0.0}, 0, 4, 99)->stateDict()) {
+    pretrained.tensors.emplace_back(name, tensor.detach().clone());
+  }
+  std::ofstream(file, std::ios::binary) << stages::encodeSafetensors(pretrained);
+  // Stage 0 (embeddings, blocks 0-1) is frozen whole; stage 1 trains block 3 and the head.
+  Json spec = specFor("1f1b", 2, a.control(), b.control(), {{"lr", 2e-3}, {"clip_norm", 0.5}});
+  spec["model"]["init_from"] = file.string();
+  spec["model"]["trainable"] = {"block3.*", "ln_f.*", "head.*"};
+  const Trained reference = trainReference(spec);
+  const Json status = runJob(context, a.control(), spec);
+  INFO(status.dump());
+  REQUIRE(status["state"] == "succeeded");
+  const Json& plan = status["plans"].back();
+  CHECK(plan["stages"][0]["parameters"]["trainable"] == 0);
+  CHECK(plan["stages"][0]["parameters"]["frozen"].get<int64_t>() > 0);
+  CHECK(plan["stages"][1]["parameters"]["trainable"].get<int64_t>() > 0);
+  CHECK(plan["stages"][1]["parameters"]["frozen"].get<int64_t>() > 0);
+  CHECK(plan["stages"][1]["init_from"][0]["from_seed"] == 0);
+  const std::string job = status["id"];
+  auto parameters = loadStageWeights(a.dir() / "jobs" / job / "stage-0.pt");
+  parameters.merge(loadStageWeights(b.dir() / "jobs" / job / "stage-1.pt"));
+  std::map<std::string, at::Tensor> start(pretrained.tensors.begin(), pretrained.tensors.end());
+  double worst = 0;
+  for (const auto& [name, expected] : reference.parameters) {
+    INFO(name);
+    worst = std::max(worst, (parameters.at(name) - expected).abs().max().item<double>());
+    const bool trains = name.rfind("block3.", 0) == 0 || name.rfind("ln_f.", 0) == 0 || name.rfind("head.", 0) == 0;
+    const double moved = (parameters.at(name) - start.at(name)).abs().max().item<double>();
+    if (trains) CHECK(moved > 0);
+    else CHECK(moved == 0.0);  // frozen: exactly the file's weights
+  }
+  CHECK(worst <= kParameterTolerance);
+  WARN("init_from + frozen, m=2: max |parameter diff| " << worst);
+}
+
+TEST_CASE("init_from refuses a file whose tensors do not fit, listing every mismatch", "[integration]") {
+  TestDaemon a("ma"), b("mb");
+  zmq::context_t context;
+  const auto file = a.dir() / "wrong.safetensors";
+  stages::SafeTensors wrong;
+  for (const auto& [name, tensor] : stages::makeGptStage(stages::GptConfig{256, 48, 4, 4, 64, 16, 0.0}, 0, 4, 1)->stateDict()) {
+    wrong.tensors.emplace_back(name, tensor.detach().clone());  // d_model 48, not 32
+  }
+  std::ofstream(file, std::ios::binary) << stages::encodeSafetensors(wrong);
+  Json spec = specFor("1f1b", 2, a.control(), b.control());
+  spec["model"]["init_from"] = {file.string()};
+  const Json status = runJob(context, a.control(), spec);
+  INFO(status.dump());
+  REQUIRE(status["state"] == "failed");
+  CHECK(status["restarts"] == 0);
+  const std::string error = status["error"];
+  CHECK(error.find("bad model: init_from " + file.string()) != std::string::npos);
+  CHECK(error.find("mismatches") != std::string::npos);
+  CHECK(error.find("[48]") != std::string::npos);
+  CHECK(error.find("and ") != std::string::npos);  // more than the 20 it names
 }

@@ -1,0 +1,36 @@
+// A stage's starting weights and what of it trains: init_from (a safetensors file, or a
+// skytrain checkpoint's) and trainable patterns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stages/safetensors.h"
+#include "stages/stage.h"
+
+namespace skytrain::stages {
+
+// Freezes every parameter whose global name matches none of `patterns` (shell globs, where
+// `*` also matches dots: "block3.*", "*.lora_*"); no patterns: everything trains. A frozen
+// parameter gets no gradient and no optimizer state. Returns the element counts.
+struct ParameterCounts {
+  int64_t trainable = 0;
+  int64_t frozen = 0;
+};
+ParameterCounts applyTrainable(Stage& stage, const std::vector<std::string>& patterns);
+ParameterCounts countParameters(const Stage& stage);
+
+// Copies into the stage every parameter and buffer the file holds under the same name (a
+// skytrain checkpoint's "param/<name>" entries count as <name>; tensors of other stages are
+// ignored), converting floating dtypes. Refused, with every mismatch listed: a tensor whose
+// shape differs, a non-floating tensor for a floating parameter, and a frozen parameter the
+// file lacks (it would stay random). A trainable one the file lacks keeps its initial value
+// (a new head, an adapter) and is listed in the result. Throws skytrain::Error.
+struct InitResult {
+  int loaded = 0;
+  std::vector<std::string> fromSeed;  // trainable parameters not in the file
+};
+InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::string& source);
+
+}  // namespace skytrain::stages
