@@ -4,7 +4,8 @@
 // Spec grammar:   spec  := item ('+' item)*        item := name [':' argument] | 'ef(' spec ')'
 // In "a+b" the rightmost codec b meets the tensor first and encodes its float parts (SVD
 // factors, top-k values) with the spec left of it: "fp16+svd:0.6" factors by SVD and sends
-// the factors as fp16. Only structural codecs (svd, topk) may stand right of a '+'.
+// the factors as fp16. Only structural codecs (svd, topk) and zstd, which compresses the
+// payload of the codec left of it ("int8+zstd"), may stand right of a '+'.
 #pragma once
 
 #include <functional>

@@ -9,7 +9,7 @@ packages=(
   libtorch-dev libopenblas0-pthread
   libzmq3-dev cppzmq-dev
   nlohmann-json3-dev libcli11-dev catch2
-  libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev
+  libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev libzstd-dev
   diatheke sword-text-web
   systemd iproute2 procps python3
   python3-torch  # tests and the example: TorchScript models exported from Python
