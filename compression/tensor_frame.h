@@ -45,11 +45,13 @@ enum class FrameDirection : uint8_t {
   ProbeReply = 4,  // its echo, stage s+1 -> s
   NormUp = 5,      // gradient norms of stages > s, stage s+1 -> s (global-norm clipping)
   NormDown = 6,    // the global gradient norm, stage s -> s+1
+  Ack = 7,         // a fan-in's consumer finished this step, consumer -> each producer
 };
 
 // Frames that travel upstream (s+1 -> s) arrive in the receiver's from-next queue.
 inline bool travelsUpstream(FrameDirection d) {
-  return d == FrameDirection::Backward || d == FrameDirection::ProbeReply || d == FrameDirection::NormUp;
+  return d == FrameDirection::Backward || d == FrameDirection::ProbeReply || d == FrameDirection::NormUp ||
+         d == FrameDirection::Ack;
 }
 
 struct TensorFrame {

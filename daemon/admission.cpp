@@ -46,7 +46,14 @@ std::string resolve(const std::string& file, const std::string& field, const std
 }
 
 bool readsData(const protocol::JobSpec& spec, int stage) {
-  return stage == 0 || stage + 1 == static_cast<int>(spec.stages.size());
+  const bool last = stage + 1 == static_cast<int>(spec.stages.size());
+  return protocol::isFanIn(spec) ? !last : stage == 0 || last;
+}
+
+// The text a stage reads: its own files (a fan-in's producers), else data.files.
+const std::vector<std::string>& filesOf(const protocol::JobSpec& spec, int stage) {
+  const auto& own = spec.stages[stage].dataFiles;
+  return own.empty() ? spec.data.files : own;
 }
 
 }  // namespace
@@ -65,9 +72,10 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
     spec.model.initFrom[i] = resolve(spec.model.initFrom[i], "$.model.init_from[" + std::to_string(i) + "]", roots);
   }
   if (!readsData(spec, stage)) return;
-  for (size_t i = 0; i < spec.data.files.size(); ++i) {
-    spec.data.files[i] = resolve(spec.data.files[i], "$.data.files[" + std::to_string(i) + "]", roots);
-  }
+  auto& own = spec.stages[stage].dataFiles;
+  auto& files = own.empty() ? spec.data.files : own;
+  const std::string field = spec.stages[stage].dataFiles.empty() ? "$.data.files" : "$.stages[" + std::to_string(stage) + "].data_files";
+  for (size_t i = 0; i < files.size(); ++i) files[i] = resolve(files[i], field + "[" + std::to_string(i) + "]", roots);
   if (!spec.data.sentencepieceModel.empty()) {
     spec.data.sentencepieceModel = resolve(spec.data.sentencepieceModel, "$.data.sentencepiece_model", roots);
   }
@@ -87,7 +95,7 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
     if (!ec) m.dataBytes += static_cast<double>(size);  // read whole, once
   }
   if (readsData(spec, stage)) {
-    for (const auto& file : spec.data.files) {
+    for (const auto& file : filesOf(spec, stage)) {
       const auto size = std::filesystem::file_size(file, ec);
       // The text, its tokens (int32) and their train/validation copies.
       if (!ec) m.dataBytes += 9.0 * static_cast<double>(size);

@@ -11,6 +11,7 @@
 #include "daemon/heartbeat.h"
 #include "daemon/pipeline_runner.h"
 #include "daemon/planning.h"
+#include "scheduler/fan_in.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/messages.h"
 #include "scheduler/error.h"
@@ -76,8 +77,13 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
     protocol::StageStart start;
     start.job = jobId_;
     start.stage = i;
-    if (i > 0) start.previous = data[i - 1], start.previousKey = options_.stageKeys[i - 1];
-    if (i + 1 < stages) start.next = data[i + 1], start.nextKey = options_.stageKeys[i + 1];
+    if (protocol::isFanIn(spec_)) {  // every producer feeds the last stage
+      if (i + 1 < stages) start.next = data[stages - 1], start.nextKey = options_.stageKeys[stages - 1];
+      for (int p = 0; i + 1 == stages && p + 1 < stages; ++p) start.producers.push_back({data[p], options_.stageKeys[p]});
+    } else {
+      if (i > 0) start.previous = data[i - 1], start.previousKey = options_.stageKeys[i - 1];
+      if (i + 1 < stages) start.next = data[i + 1], start.nextKey = options_.stageKeys[i + 1];
+    }
     clientFor(i).request(protocol::toJson(start), kStageRequestTimeout);
   }
 }
@@ -95,10 +101,16 @@ void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step
   profiled_ = plannerInput(spec_, profiles);
   scheduler::PlannerInput input = profiled_;
   calibrate(input, calibration_);
-  const scheduler::Plan chosen = scheduler::makePlan(input);
+  const bool fanIn = protocol::isFanIn(spec_);
+  const scheduler::Plan chosen = fanIn ? scheduler::makeFanInPlan(input, spec_.maxStaleness) : scheduler::makePlan(input);
   predictedStepSeconds_ = chosen.chosen.stepSeconds;
   plannedMicroBatches_ = chosen.chosen.microBatches;
   nlohmann::json record = toJson(chosen, input);
+  if (fanIn) {  // no schedule of forward and backward ops: each stage trains on its own
+    record["schedule"] = "fan-in";
+    for (auto& row : record["table"]) row["schedule"] = "fan-in";
+    record["max_staleness"] = spec_.maxStaleness;
+  }
   record["calibration"] = calibration_;
   describeStages(record, profiles);
   table_.setPlan(jobId_, std::move(record), step, reason);
@@ -236,7 +248,8 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
   scheduler::ReplanMonitor monitor(kReplanTolerance, kReplanPatience);
   // With m and the schedule both fixed by the spec, a new plan could change nothing; a
   // resumed attempt keeps its checkpoint's plan (exact resume), so it does not re-plan.
-  const bool replannable = (spec_.microBatches == 0 || spec_.schedule == "auto") && !resumed;
+  const bool replannable =
+      (spec_.microBatches == 0 || spec_.schedule == "auto") && !resumed && !protocol::isFanIn(spec_);
   while (true) {
     table_.waitForChange(jobId_, std::chrono::milliseconds(100));
     const JobState state = table_.state(jobId_);

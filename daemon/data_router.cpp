@@ -44,12 +44,12 @@ std::shared_ptr<Mailbox> DataRouter::open(uint64_t job, uint16_t stage) {
   return route.mailbox;
 }
 
-void DataRouter::authorize(uint64_t job, uint16_t stage, const std::string& previousKey, const std::string& nextKey) {
+void DataRouter::authorize(uint64_t job, uint16_t stage, std::vector<std::string> previousKeys, const std::string& nextKey) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = routes_.find({job, stage});
   if (it == routes_.end() || it->second.authorized) return;  // the neighbours are fixed once
   it->second.authorized = true;
-  it->second.previousKey = previousKey;
+  it->second.previousKeys = std::move(previousKeys);
   it->second.nextKey = nextKey;
 }
 
@@ -89,12 +89,21 @@ void DataRouter::route(zmq::message_t& header, zmq::message_t& payload) {
   const bool upstream = compression::travelsUpstream(frame.direction);
   std::shared_ptr<Mailbox> box;
   std::string expected;
+  bool assigned = true;  // the frame names a neighbour this stage has (a fan-in's producer index)
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = routes_.find({frame.job, frame.stage});
     if (it != routes_.end() && it->second.authorized) {
       box = it->second.mailbox;
-      expected = upstream ? it->second.nextKey : it->second.previousKey;
+      const auto& previous = it->second.previousKeys;
+      const size_t producer = previous.size() > 1 ? frame.microBatch >> 16 : 0;
+      if (upstream) {
+        expected = it->second.nextKey;
+      } else if (producer < previous.size()) {
+        expected = previous[producer];
+      } else {
+        assigned = false;
+      }
     }
   }
   char what[96];
@@ -104,7 +113,7 @@ void DataRouter::route(zmq::message_t& header, zmq::message_t& payload) {
     drop(std::string(what) + ", which this daemon does not host (or has not started)");
     return;
   }
-  if (!access_.insecure() && sender != expected) {
+  if (!assigned || (!access_.insecure() && sender != expected)) {
     ++counters_.framesRefused;
     const auto caller = access_.find(sender);
     drop(std::string(what) + " from " + (caller ? caller->describe() : "key " + sender) +

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/mailbox.h"
 #include "daemon/security/access.h"
@@ -34,7 +35,9 @@ class DataRouter {
   // Called by the control thread when a stage is prepared / started / finished. Frames for
   // a stage are dropped until authorize() names the keys of its neighbours' daemons.
   std::shared_ptr<Mailbox> open(uint64_t job, uint16_t stage);
-  void authorize(uint64_t job, uint16_t stage, const std::string& previousKey, const std::string& nextKey);
+  // A fan-in's consumer has several previous daemons: a frame from producer p carries p in
+  // the high 16 bits of its micro-batch index, and must come from previousKeys[p].
+  void authorize(uint64_t job, uint16_t stage, std::vector<std::string> previousKeys, const std::string& nextKey);
   void close(uint64_t job, uint16_t stage);
 
   uint64_t framesDropped() const { return dropped_.load(); }
@@ -47,7 +50,8 @@ class DataRouter {
   struct Route {
     std::shared_ptr<Mailbox> mailbox;
     bool authorized = false;
-    std::string previousKey, nextKey;
+    std::vector<std::string> previousKeys;  // one: a chain; several: a fan-in's producers
+    std::string nextKey;
   };
 
   zmq::socket_t socket_;  // owned by the data thread once started

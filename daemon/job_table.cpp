@@ -273,7 +273,8 @@ void JobTable::completeSteps(Record& r) {
     const auto& reports = r.pending.begin()->second;
     double stepSeconds = 0, bytes = 0, raw = 0, checkpoint = 0;
     bool skipped = false;
-    Json compute = Json::array();
+    int lead = -1;
+    Json compute = Json::array(), losses = Json::array();
     for (const auto& entry : reports) {
       stepSeconds = std::max(stepSeconds, entry.second.at("step_s").get<double>());
       checkpoint = std::max(checkpoint, entry.second.value("checkpoint_s", 0.0));
@@ -281,8 +282,12 @@ void JobTable::completeSteps(Record& r) {
       bytes += entry.second.at("bytes_sent").get<double>();
       raw += entry.second.value("bytes_raw", 0.0);
       compute.push_back(entry.second.at("compute_s"));
+      losses.push_back(entry.second.value("loss", Json()));
+      lead = std::max(lead, entry.second.value("lead", -1));
     }
-    const double tokens = static_cast<double>(r.spec.batchSize) * r.spec.model.seqLen;
+    // A fan-in's step trains every producer's batch.
+    const double batches = protocol::isFanIn(r.spec) ? static_cast<double>(stages - 1) : 1.0;
+    const double tokens = batches * r.spec.batchSize * r.spec.model.seqLen;
     Json row = {{"step", r.pending.begin()->first},
                 {"loss", reports.at(static_cast<int>(stages) - 1).at("loss")},
                 {"step_s", stepSeconds},
@@ -294,6 +299,10 @@ void JobTable::completeSteps(Record& r) {
                 {"lr", reports.begin()->second.value("lr", 0.0)},
                 {"skipped", skipped},
                 {"compute_s", compute}};
+    if (protocol::isFanIn(r.spec)) {
+      row["stage_losses"] = losses;  // each generator's masked-token loss, then the discriminator's
+      row["lead"] = lead;            // how far the furthest producer ran ahead of the consumer
+    }
     appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump(-1, ' ', false, Json::error_handler_t::replace));
     r.steps.push_back(std::move(row));
     r.pending.erase(r.pending.begin());

@@ -45,6 +45,11 @@ stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
   stages::ModelConfig c;
   c.kind = spec.model.kind;
   c.gpt = gptConfig(spec.model);
+  c.generator = c.gpt;
+  c.generator.dModel = spec.model.generator.dModel;
+  c.generator.heads = spec.model.generator.heads;
+  c.generator.layers = spec.model.generator.layers;
+  c.generator.dFf = spec.model.generator.dFf;
   c.loss = spec.model.loss;
   c.seed = spec.seed;
   for (const auto& s : spec.stages) c.stages.push_back({s.firstLayer, s.lastLayer, s.module, s.inputShape});
@@ -71,18 +76,23 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
     throw Error(std::string(kBadModel) + e.what());
   }
 
-  if (isFirst() || isLast()) {
+  fanIn_ = source_->fanIn();
+  if (readsData()) {
     stages::TextDataOptions options;
-    options.files = spec.data.files;
+    const auto& own = spec.stages[stage].dataFiles;
+    options.files = own.empty() ? spec.data.files : own;
     options.sentencepieceModel = spec.data.sentencepieceModel;
     options.validationFraction = spec.data.validationFraction;
     options.seqLen = spec.model.seqLen;
     options.seed = spec.seed;
     data_ = std::make_unique<stages::TextDataSource>(options);
-    if (data_->tokenizer().vocabSize() > spec.model.vocabSize) {
+    maskId_ = data_->tokenizer().vocabSize();  // one past the tokenizer's: the generators' [MASK]
+    const int needed = data_->tokenizer().vocabSize() + (fanIn_ ? 1 : 0);
+    if (needed > spec.model.vocabSize) {
       throw SpecError("$.model.vocab_size", std::to_string(spec.model.vocabSize) + " is smaller than tokenizer " +
                                                 data_->tokenizer().name() + "'s " +
-                                                std::to_string(data_->tokenizer().vocabSize()));
+                                                std::to_string(data_->tokenizer().vocabSize()) +
+                                                (fanIn_ ? " plus the [MASK] token" : ""));
     }
   }
   const auto& o = spec.optimizer;
@@ -110,13 +120,25 @@ void PipelineRunner::setPlan(const RunPlan& plan) {
 }
 
 void PipelineRunner::connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next) {
-  SKYTRAIN_CHECK(isFirst() == !previous && isLast() == !next, "links do not match stage " << stage_);
+  if (fanIn_) {
+    SKYTRAIN_CHECK(!previous && next && !isLast(), "links do not match fan-in producer " << stage_);
+  } else {
+    SKYTRAIN_CHECK(isFirst() == !previous && isLast() == !next, "links do not match stage " << stage_);
+  }
   previous_ = std::move(previous);
   next_ = std::move(next);
 }
 
+void PipelineRunner::connectProducers(std::vector<std::unique_ptr<PeerLink>> producers) {
+  SKYTRAIN_CHECK(fanIn_ && isLast() && static_cast<int>(producers.size()) == this->producers(),
+                 "producer links do not match stage " << stage_);
+  producerLinks_ = std::move(producers);
+}
+
 uint64_t PipelineRunner::bytesSent() const {
-  return (previous_ ? previous_->bytesSent() : 0) + (next_ ? next_->bytesSent() : 0);
+  uint64_t sent = (previous_ ? previous_->bytesSent() : 0) + (next_ ? next_->bytesSent() : 0);
+  for (const auto& link : producerLinks_) sent += link->bytesSent();
+  return sent;
 }
 
 StepStats PipelineRunner::runStep(uint64_t step) {
@@ -127,11 +149,19 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   codecs_ = static_cast<int64_t>(step) < spec_.compression.warmupSteps ? &warmup_ : &steady_;
   StepStats stats;
   double lossSum = 0;
-  for (const auto& op : schedule_.ops[stage_]) {
-    if (op.kind == scheduler::OpKind::Forward) {
-      forward(step, op.microBatch, lossSum);
-    } else {
-      backward(step, op.microBatch);
+  if (fanIn_ && isLast()) {
+    consumerStep(step, lossSum);
+  } else if (fanIn_) {
+    waitForCredit(step);
+    stats.lead = lead_;
+    producerStep(step, lossSum);
+  } else {
+    for (const auto& op : schedule_.ops[stage_]) {
+      if (op.kind == scheduler::OpKind::Forward) {
+        forward(step, op.microBatch, lossSum);
+      } else {
+        backward(step, op.microBatch);
+      }
     }
   }
   const double lr = protocol::learningRate(spec_.optimizer, static_cast<int64_t>(step), spec_.steps);
@@ -143,9 +173,11 @@ StepStats PipelineRunner::runStep(uint64_t step) {
     optimizer_->zero_grad();
   }
   SKYTRAIN_CHECK(model_->inFlight() == 0, "micro-batches left in flight after step " << step);
+  if (fanIn_ && isLast()) acknowledge(step);
   stats.lr = lr;
   stats.skipped = !update;
-  stats.loss = isLast() ? lossSum / schedule_.microBatches : std::nan("");
+  const int lossTerms = schedule_.microBatches * (fanIn_ && isLast() ? producers() : 1);
+  stats.loss = isLast() || fanIn_ ? lossSum / lossTerms : std::nan("");
   stats.computeSeconds = computeSeconds_;
   stats.bytesSent = bytesSent() - bytesBefore;
   stats.bytesRaw = bytesRaw_;
@@ -228,7 +260,8 @@ bool PipelineRunner::finishGradients(uint64_t step) {
     for (const auto& g : grads) norms.push_back(g.data().norm(2.0));
     if (!norms.empty()) mine = torch::stack(norms);
   }
-  const at::Tensor total = exchangeNorms(step, mine);  // waiting on the neighbours is not compute
+  // A fan-in's stages train separate models: each clips by its own norm.
+  const at::Tensor total = fanIn_ ? (mine.numel() ? mine.norm(2.0) : torch::zeros({})) : exchangeNorms(step, mine);
   Timed timed(computeSeconds_);
   if (!std::isfinite(total.item<double>())) {
     const std::string bad = culprit();
@@ -270,6 +303,7 @@ at::Tensor PipelineRunner::exchangeNorms(uint64_t step, const at::Tensor& mine) 
 }
 
 std::optional<double> PipelineRunner::runEval(uint64_t step) {
+  if (fanIn_) return fanInEval(step);
   const int b = spec_.batchSize / schedule_.microBatches;
   const int samples = spec_.eval.samples;
   double lossSum = 0;

@@ -12,6 +12,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "compression/codec.h"
 #include "daemon/checkpoint.h"
@@ -42,6 +44,7 @@ struct StepStats {
   double loss = 0;            // mean over micro-batches (last stage only, else NaN)
   double lr = 0;              // the learning rate of the step
   bool skipped = false;       // a non-finite gradient: no update (on_nonfinite "skip")
+  int lead = -1;              // a fan-in producer: steps it ran ahead of the consumer (<= max_staleness)
   double stepSeconds = 0;     // wall time of the step on this stage
   double computeSeconds = 0;  // forward, backward, loss, optimizer and codec time
   uint64_t bytesSent = 0;     // frame bytes this stage sent during the step
@@ -77,8 +80,11 @@ class PipelineRunner {
   PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes);
   ~PipelineRunner();
 
-  // Links to the neighbours; null at the pipeline's ends.
+  // Links to the neighbours; null at the pipeline's ends (a fan-in producer: only next).
   void connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next);
+  // A fan-in's consumer: a link to each producer, in stage order; their frames arrive in one
+  // queue, told apart by the producer index in the high 16 bits of the micro-batch.
+  void connectProducers(std::vector<std::unique_ptr<PeerLink>> producers);
   // Polled while waiting for frames; returning true throws Aborted.
   void setAbortCheck(std::function<bool()> check) { aborted_ = std::move(check); }
 
@@ -104,12 +110,31 @@ class PipelineRunner {
 
   bool isFirst() const { return stage_ == 0; }
   bool isLast() const { return stage_ == static_cast<int>(spec_.stages.size()) - 1; }
+  bool fanIn() const { return fanIn_; }
   const stages::Stage& stage() const { return *model_; }
   // The stage's parameters as a pickled {name: tensor} dict (torch.load reads it).
   std::string serializedState() const;
 
  private:
   void forward(uint64_t step, int microBatch, double& lossSum);
+  // A fan-in (fan_in.cpp). A producer: its own data and loss (masked-token prediction), then
+  // token IDs and replaced flags to the consumer, never more than max_staleness steps ahead
+  // of the consumer's acknowledgements. The consumer: every producer's micro-batches, then an
+  // acknowledgement of the step to each producer.
+  void producerStep(uint64_t step, double& lossSum);
+  void consumerStep(uint64_t step, double& lossSum);
+  void waitForCredit(uint64_t step);
+  void acknowledge(uint64_t step);
+  std::optional<double> fanInEval(uint64_t step);
+  // The consumer's next frame of (direction, step, micro-batch) from any producer; frames of
+  // later steps wait in a bounded reorder buffer.
+  compression::TensorFrame takeProducerFrame(compression::FrameDirection direction, uint64_t step, uint32_t microBatch);
+  at::Tensor receiveTokens(compression::FrameDirection direction, uint64_t step, uint32_t microBatch, int64_t samples);
+  nlohmann::json fanInProbes(uint64_t step);
+  nlohmann::json fanInCompute();  // the compute profile's keys, for a generator or the discriminator
+  uint16_t consumerStage() const { return static_cast<uint16_t>(spec_.stages.size() - 1); }
+  int producers() const { return static_cast<int>(spec_.stages.size()) - 1; }
+  bool readsData() const { return fanIn_ ? !isLast() : isFirst() || isLast(); }
   // After the step's last backward: checks the gradients for NaN/Inf and clips them by the
   // global norm across stages (both by exchanging per-parameter norms along the pipeline,
   // when clipping or the skip policy is on). False: skip this step's update.
@@ -156,6 +181,13 @@ class PipelineRunner {
   std::map<std::string, std::unique_ptr<compression::Codec>> decoders_;
   std::unique_ptr<PeerLink> previous_;
   std::unique_ptr<PeerLink> next_;
+  bool fanIn_ = false;
+  std::vector<std::unique_ptr<PeerLink>> producerLinks_;  // the consumer's: acknowledgements out
+  std::map<std::tuple<int, uint64_t, uint32_t>, compression::TensorFrame> early_;  // (direction, step, mb)
+  static constexpr int64_t kNoAck = INT64_MIN;
+  int64_t acked_ = kNoAck;  // a producer: the consumer's last acknowledged step
+  int lead_ = -1;        // a producer: how far ahead the current step started
+  int64_t maskId_ = 0;   // a producer: the [MASK] token, one past the tokenizer's vocabulary
   std::map<int, at::Tensor> lossGradients_;  // last stage: d(loss/m)/d(logits) per micro-batch
   std::function<bool()> aborted_ = [] { return false; };
   double computeSeconds_ = 0;

@@ -40,6 +40,10 @@ at::Tensor PipelineRunner::randomInput(int64_t samples, at::Generator& generator
 }
 
 Json PipelineRunner::profile(uint64_t step) {
+  if (fanIn_) {
+    Json compute = fanInCompute();
+    return {{"compute", std::move(compute)}, {"link", fanInProbes(step)}};
+  }
   Json compute = profileCompute();
   return {{"compute", std::move(compute)}, {"link", probeLinks(step)}};
 }

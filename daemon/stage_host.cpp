@@ -80,13 +80,22 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
 protocol::Json StageHost::start(const protocol::StageStart& request, const std::string& caller) {
   StageWorker& worker = find(request, caller);
   const auto& a = worker.assignment();
-  const bool first = a.stage == 0, last = a.stage + 1 == static_cast<int>(a.spec.stages.size());
-  if (first != request.previous.empty() || last != request.next.empty()) {
-    throw Error("stage.start: the neighbours given do not match stage " + std::to_string(a.stage) + " of " +
-                std::to_string(a.spec.stages.size()));
+  const int stages = static_cast<int>(a.spec.stages.size());
+  const bool first = a.stage == 0, last = a.stage + 1 == stages;
+  bool matches = first == request.previous.empty() && last == request.next.empty() && request.producers.empty();
+  std::vector<std::string> previousKeys{request.previousKey};
+  if (protocol::isFanIn(a.spec)) {  // producers: only a next stage; the consumer: every producer
+    matches = request.previous.empty() && last == request.next.empty() &&
+              request.producers.size() == (last ? static_cast<size_t>(stages - 1) : 0);
+    previousKeys.clear();
+    for (const auto& p : request.producers) previousKeys.push_back(p.key);
   }
-  router_.authorize(a.jobKey, static_cast<uint16_t>(a.stage), request.previousKey, request.nextKey);
-  worker.start(request.previous, request.previousKey, request.next, request.nextKey);
+  if (!matches) {
+    throw Error("stage.start: the neighbours given do not match stage " + std::to_string(a.stage) + " of " +
+                std::to_string(stages));
+  }
+  router_.authorize(a.jobKey, static_cast<uint16_t>(a.stage), std::move(previousKeys), request.nextKey);
+  worker.start(request);
   return {{"ok", true}};
 }
 

@@ -23,15 +23,11 @@ StageWorker::~StageWorker() {
   if (thread_.joinable()) thread_.join();
 }
 
-void StageWorker::start(const std::string& previousData, const std::string& previousKey, const std::string& nextData,
-                        const std::string& nextKey) {
+void StageWorker::start(const protocol::StageStart& neighbours) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (started_) return;  // the neighbours are fixed once
-    previousData_ = previousData;
-    previousKey_ = previousKey;
-    nextData_ = nextData;
-    nextKey_ = nextKey;
+    neighbours_ = neighbours;
     started_ = true;
   }
   startSignal_.notify_all();
@@ -142,9 +138,18 @@ void StageWorker::run() {
     }
     CheckpointWriter writer(a.jobDir, a.stage, a.spec.checkpoint.keep);
     if (!waitForStart()) throw Aborted{};
-    runner.connect(runner.isFirst() ? nullptr
-                                    : makeZmqPeerLink(context_, previousData_, {a.self, previousKey_}, mailbox_->fromPrevious),
-                   runner.isLast() ? nullptr : makeZmqPeerLink(context_, nextData_, {a.self, nextKey_}, mailbox_->fromNext));
+    const auto& n = neighbours_;
+    if (!n.producers.empty()) {  // a fan-in's consumer: every producer's frames share one queue
+      std::vector<std::unique_ptr<PeerLink>> producers;
+      for (const auto& p : n.producers) {
+        producers.push_back(makeZmqPeerLink(context_, p.endpoint, {a.self, p.key}, mailbox_->fromPrevious));
+      }
+      runner.connectProducers(std::move(producers));
+    } else {
+      runner.connect(n.previous.empty() ? nullptr
+                                        : makeZmqPeerLink(context_, n.previous, {a.self, n.previousKey}, mailbox_->fromPrevious),
+                     n.next.empty() ? nullptr : makeZmqPeerLink(context_, n.next, {a.self, n.nextKey}, mailbox_->fromNext));
+    }
     spdlog::info("job {} stage {}: running steps {}..{}", a.jobId, a.stage, firstStep, a.spec.steps - 1);
     const int steps = a.spec.steps;
     for (int step = firstStep; step < steps; ++step) {
@@ -177,6 +182,7 @@ void StageWorker::run() {
       message.checkpointSeconds = checkpointSeconds;
       message.lr = stats.lr;
       message.skipped = stats.skipped;
+      message.lead = stats.lead;
       report(std::move(message));
       confirmCheckpoints(writer);
       const int interval = a.spec.eval.interval;

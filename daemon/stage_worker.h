@@ -17,6 +17,7 @@
 #include "daemon/pipeline_runner.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/keys.h"
+#include "daemon/protocol/messages.h"
 #include "daemon/timing.h"
 
 namespace skytrain::daemon {
@@ -42,10 +43,9 @@ class StageWorker {
   StageWorker(zmq::context_t& context, StageAssignment assignment, std::shared_ptr<Mailbox> mailbox);
   ~StageWorker();  // aborts and joins
 
-  // Gives the neighbours' data endpoints ("" at the pipeline's ends) and their daemons'
-  // public keys, and lets the run begin.
-  void start(const std::string& previousData, const std::string& previousKey, const std::string& nextData,
-             const std::string& nextKey);
+  // Gives the neighbours' data endpoints ("" at the pipeline's ends; a fan-in consumer's
+  // producers) and their daemons' public keys, and lets the run begin.
+  void start(const protocol::StageStart& neighbours);
   void abort();
   bool finished() const { return finished_.load(); }
   // A heartbeat from the coordinator; without one for the spec's bound, the stage aborts.
@@ -73,8 +73,7 @@ class StageWorker {
   std::optional<RunPlan> plan_;
   int currentStep_ = -1;
   int profileAt_ = 0;  // the step before which to profile; -1: none due
-  std::string previousData_, previousKey_;
-  std::string nextData_, nextKey_;
+  protocol::StageStart neighbours_;
   std::atomic<bool> aborted_{false};
   std::atomic<Clock::rep> lastHeartbeat_{Clock::now().time_since_epoch().count()};
   std::atomic<bool> finished_{false};

@@ -15,7 +15,7 @@ namespace {
 namespace nn = torch::nn;
 
 struct CausalSelfAttention : nn::Module {
-  CausalSelfAttention(const GptConfig& c) : heads(c.heads), dropout(c.dropout) {
+  CausalSelfAttention(const GptConfig& c) : heads(c.heads), dropout(c.dropout), causal(c.causal) {
     qkv = register_module("qkv", nn::Linear(c.dModel, 3 * c.dModel));
     proj = register_module("proj", nn::Linear(c.dModel, c.dModel));
   }
@@ -25,8 +25,10 @@ struct CausalSelfAttention : nn::Module {
     auto parts = qkv->forward(x).view({b, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
     auto q = parts[0], k = parts[1], v = parts[2];  // [b, h, t, dh]
     auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d / heads));
-    auto mask = torch::ones({t, t}, torch::kBool).triu(1);
-    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    if (causal) {
+      auto mask = torch::ones({t, t}, torch::kBool).triu(1);
+      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    }
     auto attention = torch::dropout(torch::softmax(scores, -1), dropout, is_training());
     auto y = torch::matmul(attention, v).transpose(1, 2).reshape({b, t, d});
     return torch::dropout(proj->forward(y), dropout, is_training());
@@ -34,6 +36,7 @@ struct CausalSelfAttention : nn::Module {
 
   int64_t heads;
   double dropout;
+  bool causal;
   nn::Linear qkv{nullptr}, proj{nullptr};
 };
 
@@ -156,7 +159,8 @@ struct GptSlice : nn::Module {
     }
     if (last == c.layers) {
       lnF = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
-      head = register_module("head", nn::Linear(nn::LinearOptions(c.dModel, c.vocabSize).bias(false)));
+      head = register_module("head", nn::Linear(nn::LinearOptions(c.dModel, c.outputs > 0 ? c.outputs : c.vocabSize)
+                                                    .bias(c.outputs > 0)));
     }
   }
 
@@ -253,11 +257,12 @@ void validate(const GptConfig& c, int first, int last) {
 
 }  // namespace
 
-std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int lastLayer, uint64_t seed) {
+std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int lastLayer, uint64_t seed,
+                                    std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss) {
   validate(config, firstLayer, lastLayer);
   auto slice = std::make_shared<GptSlice>(config, firstLayer, lastLayer);
   initialise(*slice, config, seed);
-  return std::make_unique<ModuleStage>(slice, [slice](const at::Tensor& x) { return slice->forward(x); });
+  return std::make_unique<ModuleStage>(slice, [slice](const at::Tensor& x) { return slice->forward(x); }, std::move(loss));
 }
 
 std::vector<int64_t> gptInputShape(const GptConfig& c, int firstLayer, int64_t samples) {
@@ -270,7 +275,7 @@ std::vector<int64_t> gptInputShape(const GptConfig& c, int firstLayer, int64_t s
 double gptStashBytesPerSample(const GptConfig& c, int firstLayer, int lastLayer) {
   const double t = c.seqLen;
   double floats = (lastLayer - firstLayer) * t * (16.0 * c.dModel + 3.0 * c.dFf + 2.0 * c.heads * t);
-  if (lastLayer == c.layers) floats += 2.0 * t * c.vocabSize;
+  if (lastLayer == c.layers) floats += 2.0 * t * (c.outputs > 0 ? c.outputs : c.vocabSize);
   return 4.0 * floats;
 }
 
@@ -280,7 +285,7 @@ int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
   const int64_t block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d);
   int64_t count = block * (lastLayer - firstLayer);
   if (firstLayer == 0) count += c.vocabSize * d + c.seqLen * d;
-  if (lastLayer == c.layers) count += 2 * d + d * c.vocabSize;
+  if (lastLayer == c.layers) count += 2 * d + (c.outputs > 0 ? (d + 1) * c.outputs : d * c.vocabSize);
   return count;
 }
 

@@ -1,7 +1,9 @@
-// A GPT-style causal language model, buildable as any consecutive range of its blocks.
+// A GPT-style causal language model, buildable as any consecutive range of its blocks; with
+// causal off, the same stack is a bidirectional encoder (the zoo's MLM encoder and ELECTRA).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -34,6 +36,8 @@ struct GptConfig {
   int seqLen = 64;
   double dropout = 0.0;
   SplitPoint split;
+  bool causal = true;  // false: a bidirectional encoder (MLM, ELECTRA)
+  int outputs = 0;     // the head's outputs per token; 0: vocabulary logits (no bias)
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds
@@ -46,8 +50,9 @@ struct GptConfig {
 // With a split point at block k, the stage holding block k holds its front half (through V);
 // the back half (S, U and what follows in the block) goes to the next stage when k is
 // that stage's last block and another stage follows, else stays with the front.
-std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int lastLayer,
-                                    uint64_t seed);
+// `loss`: the last stage's loss of (output, targets); empty: token cross-entropy.
+std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int lastLayer, uint64_t seed,
+                                    std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss = {});
 
 // Shape of the input of the stage starting at firstLayer, for `samples` sequences: token ids
 // [samples, T] on the first stage, else [samples, T, width] with the width of what crosses

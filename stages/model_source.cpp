@@ -6,6 +6,7 @@
 #include <map>
 
 #include "scheduler/error.h"
+#include "stages/electra.h"
 #include "stages/torchscript_stage.h"
 
 namespace skytrain::stages {
@@ -105,10 +106,50 @@ class TorchScriptSource : public ModelSource {
   ModelConfig c_;
 };
 
+// ELECTRA: stages 0..n-2 are generators (bidirectional encoders with an MLM head, each
+// initialised from its own seed), stage n-1 the discriminator (an encoder with one logit a
+// token). The discriminator takes what the tokens codec carries: int64 [b, T, 2].
+class ElectraSource : public ModelSource {
+ public:
+  explicit ElectraSource(ModelConfig config) : c_(std::move(config)) {
+    c_.gpt.causal = false;
+    c_.gpt.outputs = 1;
+    c_.generator.causal = false;
+    c_.generator.outputs = 0;
+    c_.generator.vocabSize = c_.gpt.vocabSize;
+    c_.generator.seqLen = c_.gpt.seqLen;
+  }
+
+  std::unique_ptr<Stage> build(int stage) const override {
+    if (isDiscriminator(stage)) return makeGptStage(c_.gpt, 0, c_.gpt.layers, c_.seed, replacedTokenLoss);
+    return makeGptStage(c_.generator, 0, c_.generator.layers, c_.seed + 0x9e3779b97f4a7c15ULL * (stage + 1));
+  }
+  std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
+    if (isDiscriminator(stage)) return {samples, c_.gpt.seqLen, 2};
+    return {samples, c_.gpt.seqLen};
+  }
+  double weightBytes(int stage) const override {
+    const GptConfig& g = configOf(stage);
+    return 4.0 * static_cast<double>(gptParameterCount(g, 0, g.layers));
+  }
+  double stashBytesPerSample(int stage) const override {
+    const GptConfig& g = configOf(stage);
+    return gptStashBytesPerSample(g, 0, g.layers);
+  }
+  bool fanIn() const override { return true; }
+
+ private:
+  bool isDiscriminator(int stage) const { return stage + 1 == static_cast<int>(c_.stages.size()); }
+  const GptConfig& configOf(int stage) const { return isDiscriminator(stage) ? c_.gpt : c_.generator; }
+
+  ModelConfig c_;
+};
+
 using Factory = std::unique_ptr<ModelSource> (*)(const ModelConfig&);
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> kinds{
+      {"electra", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<ElectraSource>(c); }},
       {"gpt", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"torchscript",
        [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<TorchScriptSource>(c); }},

@@ -24,7 +24,8 @@ struct StageSource {
 
 struct ModelConfig {
   std::string kind = "gpt";
-  GptConfig gpt;  // the zoo's sizes; torchscript uses only vocabSize and seqLen
+  GptConfig gpt;  // the zoo's sizes (ELECTRA: the discriminator's); torchscript uses only vocabSize and seqLen
+  GptConfig generator;  // ELECTRA: each generator's sizes
   std::string loss = "cross_entropy";  // or "module": the last TorchScript stage's loss()
   std::vector<StageSource> stages;
   uint64_t seed = 0;
@@ -43,9 +44,13 @@ class ModelSource {
   virtual double weightBytes(int stage) const = 0;
   // Activation memory stage i keeps per in-flight sample for its backward; 0 when unknown.
   virtual double stashBytesPerSample(int stage) const = 0;
+  // A fan-in: every stage but the last is a producer with its own data and loss, feeding
+  // token IDs to the last (no gradient flows back). Otherwise a chain.
+  virtual bool fanIn() const { return false; }
 };
 
-// The registry of model kinds: "gpt" (the zoo's decoder) and "torchscript". Throws
+// The registry of model kinds: "gpt" (the zoo's decoder), "electra" (generators feeding one
+// discriminator: a fan-in) and "torchscript". Throws
 // skytrain::Error listing the valid kinds on an unknown one.
 std::unique_ptr<ModelSource> makeModelSource(const ModelConfig& config);
 std::vector<std::string> modelKinds();

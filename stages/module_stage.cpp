@@ -12,8 +12,10 @@ at::Tensor Stage::loss(const at::Tensor& output, const at::Tensor& targets) {
 
 ModuleStage::ModuleStage(ModuleHooks hooks) : hooks_(std::move(hooks)) {}
 
-ModuleStage::ModuleStage(std::shared_ptr<torch::nn::Module> module, std::function<at::Tensor(const at::Tensor&)> forward) {
+ModuleStage::ModuleStage(std::shared_ptr<torch::nn::Module> module, std::function<at::Tensor(const at::Tensor&)> forward,
+                         std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss) {
   hooks_.forward = std::move(forward);
+  hooks_.loss = std::move(loss);
   hooks_.train = [module](bool on) { module->train(on); };
   hooks_.parameters = [module] {
     NamedTensors out;

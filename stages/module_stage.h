@@ -27,8 +27,9 @@ struct ModuleHooks {
 class ModuleStage : public Stage {
  public:
   explicit ModuleStage(ModuleHooks hooks);
-  // A torch::nn module and its forward.
-  ModuleStage(std::shared_ptr<torch::nn::Module> module, std::function<at::Tensor(const at::Tensor&)> forward);
+  // A torch::nn module, its forward, and optionally its loss.
+  ModuleStage(std::shared_ptr<torch::nn::Module> module, std::function<at::Tensor(const at::Tensor&)> forward,
+              std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss = {});
 
   at::Tensor forward(int microBatch, const at::Tensor& input) override;
   at::Tensor backward(int microBatch, const at::Tensor& gradOutput) override;

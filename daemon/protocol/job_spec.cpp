@@ -69,6 +69,26 @@ ModelSpec parseModel(ObjectReader r) {
   for (const auto& pattern : m.trainable) {
     if (pattern.empty() || pattern.size() > 256) throw SpecError(r.pathOf("trainable"), "patterns are 1..256 characters");
   }
+  if (m.kind == "electra") {
+    auto& g = m.generator;
+    g.dModel = std::max(1, m.dModel / 2);
+    g.heads = std::max(1, m.heads / 2);
+    g.layers = m.layers;
+    g.dFf = std::max(1, m.dFf / 2);
+    if (const json* generator = r.child("generator", false)) {
+      ObjectReader gr(*generator, r.pathOf("generator"));
+      g.dModel = static_cast<int>(gr.integer("d_model", g.dModel, 1, 1 << 16));
+      g.heads = static_cast<int>(gr.integer("heads", g.heads, 1, 1024));
+      g.layers = static_cast<int>(gr.integer("layers", g.layers, 1, 4096));
+      g.dFf = static_cast<int>(gr.integer("d_ff", g.dFf, 1, 1 << 18));
+      gr.finish();
+    }
+    if (g.dModel % g.heads != 0) {
+      throw SpecError(r.pathOf("generator"), "d_model " + std::to_string(g.dModel) + " is not divisible by heads " +
+                                                 std::to_string(g.heads));
+    }
+    m.maskRate = r.number("mask_rate", m.maskRate, 0.01, 0.9);
+  }
   if (const auto* split = r.child("split_point", false)) {
     m.splitPoint = parseSplitPoint(ObjectReader(*split, r.pathOf("split_point")), m);
   }
@@ -167,6 +187,21 @@ std::vector<int64_t> parseShape(ObjectReader& r, const std::string& key) {
     }
   }
   return shape;
+}
+
+// An ELECTRA stage: a generator (with its own text) or, last, the discriminator.
+StageSpec parseElectraStage(ObjectReader r, bool last) {
+  StageSpec s;
+  s.daemon = r.string("daemon", std::nullopt);
+  s.key = r.string("key", "");
+  if (r.has("layers")) throw SpecError(r.pathOf("layers"), "an ELECTRA stage holds a whole generator or discriminator");
+  if (last && r.has("data_files")) {
+    throw SpecError(r.pathOf("data_files"), "the discriminator reads no text: the generators send it token IDs");
+  }
+  s.dataFiles = r.strings("data_files", std::vector<std::string>{});
+  if (s.dataFiles.size() > 1024) throw SpecError(r.pathOf("data_files"), "more than 1024 files");
+  r.finish();
+  return s;
 }
 
 // A TorchScript stage: its file, and (after the first) the shape it takes.
@@ -290,12 +325,33 @@ JobSpec parseJobSpec(const std::string& text) {
   }
   for (size_t i = 0; i < stages->size(); ++i) {
     const std::string path = "$.stages[" + std::to_string(i) + "]";
-    spec.stages.push_back(spec.model.kind == "torchscript"
-                              ? parseTorchScriptStage(ObjectReader((*stages)[i], path), i)
-                              : parseStage(ObjectReader((*stages)[i], path), spec.model.layers));
+    ObjectReader stage((*stages)[i], path);
+    if (spec.model.kind == "torchscript") {
+      spec.stages.push_back(parseTorchScriptStage(stage, i));
+    } else if (spec.model.kind == "electra") {
+      spec.stages.push_back(parseElectraStage(stage, i + 1 == stages->size()));
+    } else {
+      spec.stages.push_back(parseStage(stage, spec.model.layers));
+    }
     checkEndpoint(spec.stages.back(), path);
   }
-  if (spec.model.kind != "torchscript") checkTiling(spec.stages, spec.model.layers);
+  if (spec.model.kind == "gpt") checkTiling(spec.stages, spec.model.layers);
+  if (spec.model.kind == "electra") {
+    if (spec.stages.size() < 2) throw SpecError("$.stages", "ELECTRA needs at least one generator and the discriminator");
+    if (static_cast<int64_t>(spec.stages.size() - 1) * (spec.microBatches > 0 ? spec.microBatches : spec.batchSize) > 65535) {
+      throw SpecError("$.stages", "generators times micro-batches must stay within 65535");
+    }
+  }
+  spec.maxStaleness = static_cast<int>(r.integer("max_staleness", spec.maxStaleness, 0, 1000));
+  if (spec.model.kind == "electra") {
+    // Generators send token IDs: the tokens codec (alone or under zstd), by default alone.
+    auto& c = spec.compression;
+    if (c.forward == "none") c.forward = "tokens";
+    if (c.forward != "tokens" && c.forward != "tokens+zstd") {
+      throw SpecError("$.compression.forward", "\"" + c.forward + "\": ELECTRA links carry token IDs (tokens or tokens+zstd)");
+    }
+    if (c.warmupSteps > 0) throw SpecError("$.compression.warmup_steps", "ELECTRA links carry token IDs: no warm-up codec");
+  }
   r.finish();
   return spec;
 }

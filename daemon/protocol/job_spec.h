@@ -14,6 +14,7 @@ struct StageSpec {
   std::string key;     // its CURVE public key (Z85); empty: from the known daemons
   int firstLayer = 0;  // blocks [firstLayer, lastLayer) (zoo models)
   int lastLayer = 0;
+  std::vector<std::string> dataFiles;  // electra producers: this stage's text (else data.files)
   std::string module;  // model.kind "torchscript": the stage's TorchScript file
   std::vector<int64_t> inputShape;  // torchscript, stages after the first: per-sample input
 };
@@ -28,7 +29,7 @@ struct SplitPointSpec {
 
 // The model kinds a spec may name (stages/model_source.h has their sources).
 inline const std::vector<std::string>& modelKinds() {
-  static const std::vector<std::string> kinds{"gpt", "torchscript"};
+  static const std::vector<std::string> kinds{"electra", "gpt", "torchscript"};
   return kinds;
 }
 
@@ -43,6 +44,15 @@ struct ModelSpec {
   int seqLen = 64;
   double dropout = 0.0;
   SplitPointSpec splitPoint;
+  // ELECTRA: each generator's sizes (the fields above are the discriminator's), and the
+  // share of tokens the generators mask.
+  struct Generator {
+    int dModel = 64;
+    int heads = 2;
+    int layers = 4;
+    int dFf = 256;
+  } generator;
+  double maskRate = 0.15;
   // Starting weights: safetensors files (a skytrain checkpoint's stage files among them)
   // whose tensors are matched to the stages' parameters by name. Empty: from the seed.
   std::vector<std::string> initFrom;
@@ -129,8 +139,13 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   FailureSpec failure;
   double peerTimeoutS = 120;  // longest wait for a neighbour's frame before the job fails
+  // A fan-in (electra): how many steps a producer may run ahead of the consumer.
+  int maxStaleness = 1;
   std::vector<StageSpec> stages;
 };
+
+// A fan-in (every stage but the last feeds the last token IDs) rather than a chain.
+inline bool isFanIn(const JobSpec& spec) { return spec.model.kind == "electra"; }
 
 constexpr size_t kMaxSpecBytes = 1 << 20;
 constexpr int kMaxSpecDepth = 16;

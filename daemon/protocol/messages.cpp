@@ -84,6 +84,7 @@ StageReport parseReport(ObjectReader& r) {
   m.checkpointSeconds = seconds(r, "checkpoint_s");
   m.lr = r.number("lr", 0.0, 0.0, 10.0);
   m.skipped = r.boolean("skipped", false);
+  m.lead = static_cast<int>(r.integer("lead", -1, -1, 1 << 20));
   if (const json* profile = r.child("profile", m.kind == ReportKind::Profile)) {
     if (!profile->is_object()) throw SpecError(r.pathOf("profile"), "expected an object");
     m.profile = *profile;
@@ -152,6 +153,16 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     m.next = endpoint(r, "next");
     m.previousKey = publicKey(r, "previous_key");
     m.nextKey = publicKey(r, "next_key");
+    if (const json* producers = r.child("producers", false)) {
+      if (!producers->is_array() || producers->size() > kMaxProducers) {
+        throw SpecError(r.pathOf("producers"), "expected an array of at most " + std::to_string(kMaxProducers) + " producers");
+      }
+      for (size_t i = 0; i < producers->size(); ++i) {
+        ObjectReader p((*producers)[i], r.pathOf("producers") + "[" + std::to_string(i) + "]");
+        m.producers.push_back({endpoint(p, "endpoint"), publicKey(p, "key")});
+        p.finish();
+      }
+    }
     return m;
   }
   if (type == "stage.abort") return refOnly<StageAbort>(r);
@@ -187,7 +198,9 @@ struct ToJson {
                                     {"resume_step", m.resumeStep}});
   }
   json operator()(const StageStart& m) const {
-    return ref("stage.start", m, {{"previous", m.previous}, {"next", m.next}, {"previous_key", m.previousKey},
+    json producers = json::array();
+    for (const auto& p : m.producers) producers.push_back({{"endpoint", p.endpoint}, {"key", p.key}});
+    return ref("stage.start", m, {{"producers", producers}, {"previous", m.previous}, {"next", m.next}, {"previous_key", m.previousKey},
                                   {"next_key", m.nextKey}});
   }
   json operator()(const StageAbort& m) const { return ref("stage.abort", m, json::object()); }
@@ -200,6 +213,7 @@ struct ToJson {
                 {"compute_s", m.computeSeconds}, {"bytes_sent", m.bytesSent}, {"bytes_raw", m.bytesRaw},
                 {"micro_batches", m.microBatches}, {"checkpoint_s", m.checkpointSeconds}, {"lr", m.lr},
                 {"skipped", m.skipped}});
+      if (m.lead >= 0) j["lead"] = m.lead;
     }
     if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
     if (m.kind == ReportKind::Profile) j["profile"] = m.profile;

@@ -52,7 +52,13 @@ struct StagePrepare : StageRef {
 struct StageStart : StageRef {
   std::string previous, next;        // neighbours' data endpoints ("" at the ends)
   std::string previousKey, nextKey;  // their daemons' public keys ("" when insecure)
+  // A fan-in's consumer: its producers' data endpoints and keys, in stage order.
+  struct Producer {
+    std::string endpoint, key;
+  };
+  std::vector<Producer> producers;
 };
+constexpr size_t kMaxProducers = 64;
 struct StageAbort : StageRef {};
 struct StagePlan : StageRef, PlanMessage {};
 // Liveness: answered by the control thread, also while the stage computes.
@@ -75,6 +81,7 @@ struct StageReport : StageRef {
   double checkpointSeconds = 0;  // step: what taking a checkpoint's snapshot cost the stage
   double lr = 0;                 // step: the learning rate it used
   bool skipped = false;          // step: not applied (a non-finite gradient, on_nonfinite "skip")
+  int lead = -1;                 // step, fan-in producers: how many steps ahead of the consumer it ran
   int microBatches = 0;
   nlohmann::json profile;  // profile: checked by the planner's reader (daemon/planning.h)
   std::string error;       // failed
