@@ -18,6 +18,18 @@ at::Tensor asTensor(const c10::IValue& value, const char* method) {
 std::string firstLineOf(const std::exception& e) {
   std::string text = e.what();
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) text = c10->what_without_backtrace();
+  // The TorchScript interpreter puts its own traceback first and the error ("RuntimeError:
+  // mat1 and mat2 shapes cannot be multiplied ...") last: that line is the reason.
+  std::string reason;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    const std::string line = text.substr(start, end - start);
+    const size_t colon = line.find("Error: ");
+    if (colon != std::string::npos && line.find(' ') > colon) reason = line;
+    start = end + 1;
+  }
+  if (!reason.empty()) return reason;
   const auto end = text.find('\n');
   return end == std::string::npos ? text : text.substr(0, end);
 }

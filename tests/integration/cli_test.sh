@@ -55,7 +55,7 @@ expect_refused "wrong type" 2 '$.steps' '"ten"' -- "$(spec 's["steps"] = "ten"')
 expect_refused "negative steps" 2 '$.steps' "-5" -- "$(spec 's["steps"] = -5')"
 expect_refused "overlapping layers" 2 '$.stages[1].layers' "overlaps" -- "$(spec 's["stages"][1]["layers"] = [1, 4]')"
 expect_refused "gap in layers" 2 '$.stages[1].layers' "gap" -- "$(spec 's["stages"][1]["layers"] = [3, 4]')"
-expect_refused "unknown codec" 2 '$.compression.forward' "valid: bf16, ef, fp16" -- "$(spec 's["compression"] = {"forward": "zstd"}')"
+expect_refused "unknown codec" 2 '$.compression.forward' "valid: bf16, ef, fp16" -- "$(spec 's["compression"] = {"forward": "lz4"}')"
 expect_refused "not JSON" 2 "not valid JSON" -- "$(echo '{"steps": ' > "$work/broken.json"; echo "$work/broken.json")"
 some_key=$(cut -d' ' -f1 "$work/keys/admin.pub")
 expect_refused "stage daemon of unknown key" 2 '$.stages[1].key' "no public key is known for daemon tcp://127.0.0.1:9" -- \

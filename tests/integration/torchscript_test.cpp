@@ -10,6 +10,7 @@
 #include <map>
 
 #include "daemon_fixture.h"
+#include "scheduler/error.h"
 #include "daemon/protocol/job_spec.h"
 #include "stages/model_source.h"
 #include "stages/text_data.h"
@@ -165,7 +166,8 @@ TEST_CASE("malformed, wrong-shaped and missing TorchScript modules are refused w
   }
   SECTION("a module whose output is not what the next stage takes") {
     spec["stages"][1]["input_shape"] = {kSeqLen, 31};
-    failsWith(spec, {"bad model", "stage-0.pt", "returned [2, 16, 32]", "takes [2, 16, 31]"});
+    // Stage 0's output does not fit, nor does stage 1's module take [16, 31]: either says so.
+    failsWith(spec, {"bad model", "[2, 16, 31]"});
   }
   SECTION("a last stage whose output is not logits over the vocabulary") {
     spec["model"]["vocab_size"] = 300;
@@ -184,5 +186,22 @@ TEST_CASE("malformed, wrong-shaped and missing TorchScript modules are refused w
 
 TEST_CASE("the model kinds a spec may name are the registry's", "[torchscript]") {
   CHECK(protocol::modelKinds() == stages::modelKinds());
-  CHECK_THROWS_WITH(stages::makeModelSource([] { stages::ModelConfig c; c.kind = "bert"; return c; }()), Catch::Contains("valid: gpt, torchscript"));
+  CHECK_THROWS_WITH(stages::makeModelSource([] { stages::ModelConfig c; c.kind = "bert"; return c; }()), Catch::Contains("valid: electra, gpt, torchscript"));
+}
+
+TEST_CASE("a TorchScript stage that fails on its declared input says why, not where", "[torchscript]") {
+  stages::ModelConfig c;
+  c.kind = "torchscript";
+  c.gpt.seqLen = kSeqLen;
+  c.stages = {{0, 0, module("cut2", "stage-0.pt"), {}}, {0, 0, module("cut2", "stage-1.pt"), {kSeqLen, 31}}};
+  const auto source = stages::makeModelSource(c);
+  try {
+    source->build(1);
+    FAIL("built");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("stage-1.pt (stage 1): forward on float32 [2, 16, 31] failed: RuntimeError: "));
+    CHECK_THAT(what, Catch::Contains("31"));
+    CHECK(what.find("Traceback") == std::string::npos);
+  }
 }
