@@ -76,6 +76,9 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
   auto& files = own.empty() ? spec.data.files : own;
   const std::string field = spec.stages[stage].dataFiles.empty() ? "$.data.files" : "$.stages[" + std::to_string(stage) + "].data_files";
   for (size_t i = 0; i < files.size(); ++i) files[i] = resolve(files[i], field + "[" + std::to_string(i) + "]", roots);
+  for (size_t i = 0; i < spec.data.evalFiles.size(); ++i) {
+    spec.data.evalFiles[i] = resolve(spec.data.evalFiles[i], "$.data.eval_files[" + std::to_string(i) + "]", roots);
+  }
   if (!spec.data.sentencepieceModel.empty()) {
     spec.data.sentencepieceModel = resolve(spec.data.sentencepieceModel, "$.data.sentencepiece_model", roots);
   }

@@ -234,6 +234,7 @@ void JobTable::applyReport(const protocol::StageReport& report) {
       break;
     case ReportKind::Eval:
       r.evals.push_back({{"step", report.step}, {"loss", *report.loss}});
+      if (report.accuracy) r.evals.back()["accuracy"] = *report.accuracy;
       persist(r);
       break;
     case ReportKind::Profile: r.profiles[report.step][stage] = report.profile; break;

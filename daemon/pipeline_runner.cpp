@@ -9,6 +9,8 @@
 #include "daemon/timing.h"
 #include "scheduler/error.h"
 #include "stages/gpt.h"
+#include "stages/electra.h"
+#include "stages/labelled_data.h"
 #include "stages/safetensors.h"
 #include "stages/weights.h"
 
@@ -52,6 +54,7 @@ stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
   c.generator.dFf = spec.model.generator.dFf;
   c.loss = spec.model.loss;
   c.seed = spec.seed;
+  c.classes = static_cast<int>(spec.model.classes.size());
   for (const auto& s : spec.stages) c.stages.push_back({s.firstLayer, s.lastLayer, s.module, s.inputShape});
   return c;
 }
@@ -78,21 +81,36 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
 
   fanIn_ = source_->fanIn();
   if (readsData()) {
-    stages::TextDataOptions options;
     const auto& own = spec.stages[stage].dataFiles;
-    options.files = own.empty() ? spec.data.files : own;
-    options.sentencepieceModel = spec.data.sentencepieceModel;
-    options.validationFraction = spec.data.validationFraction;
-    options.seqLen = spec.model.seqLen;
-    options.seed = spec.seed;
-    data_ = std::make_unique<stages::TextDataSource>(options);
+    if (spec.model.kind == "classifier") {
+      stages::LabelledDataOptions options;
+      options.files = spec.data.files;
+      options.evalFiles = spec.data.evalFiles;
+      options.classes = spec.model.classes;
+      options.sentencepieceModel = spec.data.sentencepieceModel;
+      options.validationFraction = spec.data.validationFraction;
+      options.seqLen = spec.model.seqLen;
+      options.seed = spec.seed;
+      data_ = std::make_unique<stages::LabelledDataSource>(options);
+    } else {
+      stages::TextDataOptions options;
+      options.files = own.empty() ? spec.data.files : own;
+      options.evalFiles = spec.data.evalFiles;
+      options.sentencepieceModel = spec.data.sentencepieceModel;
+      options.validationFraction = spec.data.validationFraction;
+      options.seqLen = spec.model.seqLen;
+      options.seed = spec.seed;
+      data_ = std::make_unique<stages::TextDataSource>(options);
+    }
     maskId_ = data_->tokenizer().vocabSize();  // one past the tokenizer's: the generators' [MASK]
-    const int needed = data_->tokenizer().vocabSize() + (fanIn_ ? 1 : 0);
+    // [MASK] (or a classifier's padding) is the ID one past the tokenizer's.
+    const bool masks = fanIn_ || spec.model.kind == "encoder" || spec.model.kind == "classifier";
+    const int needed = data_->tokenizer().vocabSize() + (masks ? 1 : 0);
     if (needed > spec.model.vocabSize) {
       throw SpecError("$.model.vocab_size", std::to_string(spec.model.vocabSize) + " is smaller than tokenizer " +
                                                 data_->tokenizer().name() + "'s " +
                                                 std::to_string(data_->tokenizer().vocabSize()) +
-                                                (fanIn_ ? " plus the [MASK] token" : ""));
+                                                (masks ? " plus the [MASK] token" : ""));
     }
   }
   const auto& o = spec.optimizer;
@@ -185,10 +203,18 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   return stats;
 }
 
+stages::TokenBatch PipelineRunner::masked(stages::TokenBatch batch, uint64_t step, int64_t firstSample) const {
+  if (spec_.model.kind != "encoder") return batch;
+  // The first and the last stage draw the same mask: it depends on (seed, step, sample) alone.
+  auto m = stages::maskTokens(batch.inputs, spec_.seed, step, firstSample, maskId_, data_->tokenizer().vocabSize(),
+                              spec_.model.maskRate);
+  return {std::move(m.inputs), std::move(m.targets)};
+}
+
 void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
   const int b = spec_.batchSize / schedule_.microBatches;
   stages::TokenBatch batch;
-  if (data_) batch = data_->trainBatch(step, microBatch * b, b);
+  if (data_) batch = masked(data_->trainBatch(step, microBatch * b, b), step, microBatch * b);
   const at::Tensor input =
       isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Forward, step, microBatch, boundaryShape(stage_, b));
   at::Tensor output;
@@ -306,12 +332,13 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
   if (fanIn_) return fanInEval(step);
   const int b = spec_.batchSize / schedule_.microBatches;
   const int samples = spec_.eval.samples;
-  double lossSum = 0;
+  double lossSum = 0, correct = 0;
   int64_t tokens = 0;
+  const bool classifier = spec_.model.kind == "classifier";
   for (int chunk = 0; chunk * b < samples; ++chunk) {
     const int count = std::min(b, samples - chunk * b);
     stages::TokenBatch batch;
-    if (data_) batch = data_->validationBatch(chunk * b, count);
+    if (data_) batch = masked(data_->validationBatch(chunk * b, count), kEvalMaskStream, chunk * b);
     const at::Tensor input =
         isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Eval, step, chunk, boundaryShape(stage_, count));
     const at::Tensor output = model_->infer(input);
@@ -319,11 +346,13 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
       torch::NoGradGuard noGrad;
       lossSum += model_->loss(output, batch.targets).item<double>() * static_cast<double>(batch.targets.numel());
       tokens += batch.targets.numel();
+      if (classifier) correct += output.mean(1).argmax(-1).eq(batch.targets).sum().item<double>();
     } else {
       transmit(*next_, *evalCodec_, FrameDirection::Eval, step, chunk, stage_ + 1, output);
     }
   }
   if (!isLast()) return std::nullopt;
+  if (classifier) evalAccuracy_ = correct / static_cast<double>(tokens);
   return lossSum / static_cast<double>(tokens);
 }
 

@@ -107,6 +107,10 @@ class PipelineRunner {
   StepStats runStep(uint64_t step);
   // Validation pass after `step`; the mean token loss on the last stage, else nullopt.
   std::optional<double> runEval(uint64_t step);
+  // A classifier's validation accuracy of the last runEval (the last stage); else nullopt.
+  std::optional<double> evalAccuracy() const {
+    return evalAccuracy_ >= 0 ? std::optional<double>(evalAccuracy_) : std::nullopt;
+  }
 
   bool isFirst() const { return stage_ == 0; }
   bool isLast() const { return stage_ == static_cast<int>(spec_.stages.size()) - 1; }
@@ -117,6 +121,9 @@ class PipelineRunner {
 
  private:
   void forward(uint64_t step, int microBatch, double& lossSum);
+  // An MLM encoder's batch: masked inputs, targets only where masked; others unchanged.
+  stages::TokenBatch masked(stages::TokenBatch batch, uint64_t step, int64_t firstSample) const;
+  static constexpr uint64_t kEvalMaskStream = ~uint64_t{0};  // validation's masks: the same every time
   // A fan-in (fan_in.cpp). A producer: its own data and loss (masked-token prediction), then
   // token IDs and replaced flags to the consumer, never more than max_staleness steps ahead
   // of the consumer's acknowledgements. The consumer: every producer's micro-batches, then an
@@ -172,7 +179,8 @@ class PipelineRunner {
   stages::ParameterCounts parameterCounts_;
   nlohmann::json initReport_ = nlohmann::json::array();  // per init_from file: loaded, from_seed
   std::unique_ptr<stages::Stage> model_;
-  std::unique_ptr<stages::TextDataSource> data_;
+  std::unique_ptr<stages::DataSource> data_;
+  double evalAccuracy_ = -1;  // a classifier's last validation accuracy (-1: none)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   CodecPair steady_;
   CodecPair warmup_;

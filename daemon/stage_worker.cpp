@@ -190,6 +190,7 @@ void StageWorker::run() {
         if (auto loss = runner.runEval(static_cast<uint64_t>(step))) {
           auto eval = simple(protocol::ReportKind::Eval, step);
           eval.loss = *loss;
+          eval.accuracy = runner.evalAccuracy();
           report(std::move(eval));
         }
       }

@@ -159,7 +159,7 @@ struct GptSlice : nn::Module {
     }
     if (last == c.layers) {
       lnF = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
-      head = register_module("head", nn::Linear(nn::LinearOptions(c.dModel, c.outputs > 0 ? c.outputs : c.vocabSize)
+      head = register_module(c.headName, nn::Linear(nn::LinearOptions(c.dModel, c.outputs > 0 ? c.outputs : c.vocabSize)
                                                     .bias(c.outputs > 0)));
     }
   }

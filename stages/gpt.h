@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,7 @@ struct GptConfig {
   SplitPoint split;
   bool causal = true;  // false: a bidirectional encoder (MLM, ELECTRA)
   int outputs = 0;     // the head's outputs per token; 0: vocabulary logits (no bias)
+  std::string headName = "head";  // "classifier": a head that init_from of a pretrained model leaves alone
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds

@@ -14,13 +14,27 @@ namespace {
 
 std::string shapeText(at::IntArrayRef shape) { return c10::str(shape); }
 
+at::Tensor classificationLoss(const at::Tensor& logits, const at::Tensor& labels) {
+  return torch::nn::functional::cross_entropy(logits.mean(1), labels);
+}
+
 // The zoo's decoder: blocks cut by layer range, weights from (seed, global name).
 class GptSource : public ModelSource {
  public:
-  explicit GptSource(ModelConfig config) : c_(std::move(config)) {}
+  // The encoder: the same blocks without the causal mask, an MLM head over the vocabulary.
+  // The classifier: the encoder with a head over the labels, its logits averaged over the
+  // sequence (a linear head on mean-pooled features), trained with cross-entropy.
+  explicit GptSource(ModelConfig config) : c_(std::move(config)) {
+    c_.gpt.causal = c_.kind == "gpt";
+    if (c_.kind == "classifier") {
+      c_.gpt.outputs = c_.classes;
+      c_.gpt.headName = "classifier";
+    }
+  }
 
   std::unique_ptr<Stage> build(int stage) const override {
     const auto& s = c_.stages.at(stage);
+    if (c_.kind == "classifier") return makeGptStage(c_.gpt, s.firstLayer, s.lastLayer, c_.seed, classificationLoss);
     return makeGptStage(c_.gpt, s.firstLayer, s.lastLayer, c_.seed);
   }
   std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
@@ -150,6 +164,8 @@ using Factory = std::unique_ptr<ModelSource> (*)(const ModelConfig&);
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> kinds{
       {"electra", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<ElectraSource>(c); }},
+      {"classifier", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
+      {"encoder", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"gpt", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"torchscript",
        [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<TorchScriptSource>(c); }},

@@ -27,6 +27,7 @@ struct ModelConfig {
   GptConfig gpt;  // the zoo's sizes (ELECTRA: the discriminator's); torchscript uses only vocabSize and seqLen
   GptConfig generator;  // ELECTRA: each generator's sizes
   std::string loss = "cross_entropy";  // or "module": the last TorchScript stage's loss()
+  int classes = 0;  // classifier: the number of labels
   std::vector<StageSource> stages;
   uint64_t seed = 0;
 };
@@ -49,8 +50,10 @@ class ModelSource {
   virtual bool fanIn() const { return false; }
 };
 
-// The registry of model kinds: "gpt" (the zoo's decoder), "electra" (generators feeding one
-// discriminator: a fan-in) and "torchscript". Throws
+// The registry of model kinds: "gpt" (the zoo's decoder), "encoder" (the same blocks,
+// bidirectional, with an MLM head), "classifier" (the encoder with a head over labels,
+// pooled over the sequence), "electra" (generators feeding one discriminator: a fan-in)
+// and "torchscript". Throws
 // skytrain::Error listing the valid kinds on an unknown one.
 std::unique_ptr<ModelSource> makeModelSource(const ModelConfig& config);
 std::vector<std::string> modelKinds();

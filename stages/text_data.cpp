@@ -37,12 +37,20 @@ TextDataSource::TextDataSource(TextDataOptions options) : options_(std::move(opt
   }
   tokenizer_ = options_.sentencepieceModel.empty() ? makeByteTokenizer()
                                                    : makeSentencePieceTokenizer(options_.sentencepieceModel);
-  std::vector<int32_t> tokens;
+  std::vector<int32_t> tokens, held;
   for (const auto& file : options_.files) {
     auto ids = tokenizer_->encode(readFile(file));
     tokens.insert(tokens.end(), ids.begin(), ids.end());
   }
-  const size_t validationSize = static_cast<size_t>(tokens.size() * options_.validationFraction);
+  for (const auto& file : options_.evalFiles) {
+    auto ids = tokenizer_->encode(readFile(file));
+    held.insert(held.end(), ids.begin(), ids.end());
+  }
+  if (!options_.evalFiles.empty()) {  // a separate validation set: train on all of files
+    tokens.insert(tokens.end(), held.begin(), held.end());
+  }
+  const size_t validationSize = options_.evalFiles.empty() ? static_cast<size_t>(tokens.size() * options_.validationFraction)
+                                                           : held.size();
   const size_t needed = static_cast<size_t>(options_.seqLen) + 1;
   if (validationSize < needed || tokens.size() - validationSize < needed) {
     throw Error("data: " + std::to_string(tokens.size()) + " tokens are too few for sequences of " +

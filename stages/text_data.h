@@ -15,6 +15,7 @@ namespace skytrain::stages {
 
 struct TextDataOptions {
   std::vector<std::string> files;
+  std::vector<std::string> evalFiles;  // validation from these instead of the held-out tail
   std::string sentencepieceModel;  // empty: the byte tokenizer
   double validationFraction = 0.05;
   int seqLen = 64;
@@ -23,10 +24,20 @@ struct TextDataOptions {
 
 struct TokenBatch {
   at::Tensor inputs;   // int64 [count, seqLen]
-  at::Tensor targets;  // int64 [count, seqLen], inputs shifted by one token
+  at::Tensor targets;  // int64 [count, seqLen], inputs shifted by one token (labelled text: [count] classes)
 };
 
-class TextDataSource {
+// What a stage reads: batches drawn from (seed, step, sample index) alone, so any
+// micro-batch split of a step sees the same samples and a resumed run the same data.
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual TokenBatch trainBatch(uint64_t step, int firstSample, int count) const = 0;
+  virtual TokenBatch validationBatch(int firstSample, int count) const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+};
+
+class TextDataSource : public DataSource {
  public:
   // Reads and tokenizes every file; throws skytrain::Error naming the file that cannot be
   // read, or when a split is too short for one sequence.
@@ -35,12 +46,12 @@ class TextDataSource {
   // Samples [firstSample, firstSample + count) of training step `step`. Sample j of step s
   // starts at a position drawn from (seed, s, j) alone, so any micro-batch split of a step
   // sees the same sequences, and a resumed run sees the same data.
-  TokenBatch trainBatch(uint64_t step, int firstSample, int count) const;
+  TokenBatch trainBatch(uint64_t step, int firstSample, int count) const override;
 
   // Validation samples [firstSample, firstSample + count): a fixed set for a given seed.
-  TokenBatch validationBatch(int firstSample, int count) const;
+  TokenBatch validationBatch(int firstSample, int count) const override;
 
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const Tokenizer& tokenizer() const override { return *tokenizer_; }
   size_t trainTokens() const { return train_.size(); }
   size_t validationTokens() const { return validation_.size(); }
 

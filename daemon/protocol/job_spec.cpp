@@ -87,8 +87,21 @@ ModelSpec parseModel(ObjectReader r) {
       throw SpecError(r.pathOf("generator"), "d_model " + std::to_string(g.dModel) + " is not divisible by heads " +
                                                  std::to_string(g.heads));
     }
-    m.maskRate = r.number("mask_rate", m.maskRate, 0.01, 0.9);
   }
+  if (m.kind == "classifier") {
+    m.classes = r.strings("classes", std::nullopt);
+    if (m.classes.size() < 2 || m.classes.size() > 1024) throw SpecError(r.pathOf("classes"), "expected 2..1024 labels");
+    for (size_t i = 0; i < m.classes.size(); ++i) {
+      const auto& c = m.classes[i];
+      if (c.empty() || c.size() > 128 || c.find_first_of("\t\n") != std::string::npos) {
+        throw SpecError(r.pathOf("classes"), "labels are 1..128 characters without tabs or newlines");
+      }
+      if (std::find(m.classes.begin(), m.classes.begin() + i, c) != m.classes.begin() + i) {
+        throw SpecError(r.pathOf("classes"), "label \"" + c + "\" is listed twice");
+      }
+    }
+  }
+  if (m.kind == "electra" || m.kind == "encoder") m.maskRate = r.number("mask_rate", m.maskRate, 0.01, 0.9);
   if (const auto* split = r.child("split_point", false)) {
     m.splitPoint = parseSplitPoint(ObjectReader(*split, r.pathOf("split_point")), m);
   }
@@ -101,6 +114,8 @@ DataSpec parseData(ObjectReader r) {
   d.files = r.strings("files", std::nullopt);
   if (d.files.empty()) throw SpecError(r.pathOf("files"), "needs at least one file");
   d.sentencepieceModel = r.string("sentencepiece_model", "");
+  d.evalFiles = r.strings("eval_files", std::vector<std::string>{});
+  if (d.evalFiles.size() > 1024) throw SpecError(r.pathOf("eval_files"), "more than 1024 files");
   d.validationFraction = r.number("validation_fraction", d.validationFraction, 1e-6, 0.5);
   r.finish();
   return d;
@@ -335,7 +350,7 @@ JobSpec parseJobSpec(const std::string& text) {
     }
     checkEndpoint(spec.stages.back(), path);
   }
-  if (spec.model.kind == "gpt") checkTiling(spec.stages, spec.model.layers);
+  if (spec.model.kind == "gpt" || spec.model.kind == "encoder" || spec.model.kind == "classifier") checkTiling(spec.stages, spec.model.layers);
   if (spec.model.kind == "electra") {
     if (spec.stages.size() < 2) throw SpecError("$.stages", "ELECTRA needs at least one generator and the discriminator");
     if (static_cast<int64_t>(spec.stages.size() - 1) * (spec.microBatches > 0 ? spec.microBatches : spec.batchSize) > 65535) {

@@ -29,7 +29,7 @@ struct SplitPointSpec {
 
 // The model kinds a spec may name (stages/model_source.h has their sources).
 inline const std::vector<std::string>& modelKinds() {
-  static const std::vector<std::string> kinds{"electra", "gpt", "torchscript"};
+  static const std::vector<std::string> kinds{"classifier", "electra", "encoder", "gpt", "torchscript"};
   return kinds;
 }
 
@@ -53,6 +53,8 @@ struct ModelSpec {
     int dFf = 256;
   } generator;
   double maskRate = 0.15;
+  // classifier: the labels (data files are "label<TAB>text" lines), in class-index order.
+  std::vector<std::string> classes;
   // Starting weights: safetensors files (a skytrain checkpoint's stage files among them)
   // whose tensors are matched to the stages' parameters by name. Empty: from the seed.
   std::vector<std::string> initFrom;
@@ -63,6 +65,7 @@ struct ModelSpec {
 struct DataSpec {
   std::vector<std::string> files;
   std::string sentencepieceModel;  // empty: byte-level tokenizer
+  std::vector<std::string> evalFiles;  // validation from these (e.g. another language) instead of a held-out share
   double validationFraction = 0.05;
 };
 

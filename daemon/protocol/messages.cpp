@@ -76,6 +76,9 @@ StageReport parseReport(ObjectReader& r) {
   if (const json* loss = r.child("loss", false); loss && !loss->is_null()) {
     m.loss = r.number("loss", std::nullopt, -1e30, 1e30);
   }
+  if (const json* accuracy = r.child("accuracy", false); accuracy && !accuracy->is_null()) {
+    m.accuracy = r.number("accuracy", std::nullopt, 0.0, 1.0);
+  }
   m.stepSeconds = seconds(r, "step_s");
   m.computeSeconds = seconds(r, "compute_s");
   m.bytesSent = r.number("bytes_sent", 0.0, 0.0, 1e18);
@@ -216,6 +219,7 @@ struct ToJson {
       if (m.lead >= 0) j["lead"] = m.lead;
     }
     if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
+    if (m.kind == ReportKind::Eval && m.accuracy) j["accuracy"] = *m.accuracy;
     if (m.kind == ReportKind::Profile) j["profile"] = m.profile;
     if (m.kind == ReportKind::Failed) j["error"] = m.error;
     return j;

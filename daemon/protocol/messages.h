@@ -76,6 +76,7 @@ struct StageReport : StageRef {
   ReportKind kind = ReportKind::Step;
   int64_t step = 0;
   std::optional<double> loss;  // step (last stage) and eval
+  std::optional<double> accuracy;  // eval of a classifier
   double stepSeconds = 0, computeSeconds = 0;
   double bytesSent = 0, bytesRaw = 0;
   double checkpointSeconds = 0;  // step: what taking a checkpoint's snapshot cost the stage

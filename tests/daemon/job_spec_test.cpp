@@ -161,7 +161,7 @@ TEST_CASE("torchscript specs: a module per stage, input shapes after the first, 
     CHECK(where == path);
     CHECK(message.find(words) != std::string::npos);
   };
-  refused([](json& j) { j["model"]["kind"] = "bert"; }, "$.model.kind", "valid: electra, gpt, torchscript");
+  refused([](json& j) { j["model"]["kind"] = "bert"; }, "$.model.kind", "valid: classifier, electra, encoder, gpt, torchscript");
   refused([](json& j) { j["stages"][1].erase("module"); }, "$.stages[1].module", "missing");
   refused([](json& j) { j["stages"][1].erase("input_shape"); }, "$.stages[1].input_shape", "missing");
   refused([](json& j) { j["stages"][0]["input_shape"] = {16}; }, "$.stages[0].input_shape", "token ids");

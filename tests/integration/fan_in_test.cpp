@@ -116,3 +116,53 @@ TEST_CASE("fan-in specs: token links only, a discriminator without text", "[fan-
   CHECK(status["state"] == "failed");
   CHECK_THAT(status["error"].get<std::string>(), Catch::Contains("plus the [MASK] token"));
 }
+
+TEST_CASE("a discriminator's checkpoint starts a classifier fine-tuned on labelled text, tested on other files",
+          "[integration][fan-in]") {
+  TestDaemon a("fa"), b("fb");
+  zmq::context_t context;
+  const auto text = halves(a.dir());
+  // Pretrain: one generator, the discriminator; keep the discriminator's final checkpoint.
+  Json pretrain = electraSpec(a.control(), b.control(), b.control(), text, 1);
+  pretrain["stages"] = {{{"daemon", a.control()}, {"data_files", {text.first}}}, {{"daemon", b.control()}}};
+  pretrain["steps"] = 4;
+  const Json electra = runJob(context, b.control(), pretrain);
+  REQUIRE(electra["state"] == "succeeded");
+  const auto checkpoint = b.dir() / "jobs" / electra["id"].get<std::string>() / "checkpoints" / "step-00000003" / "stage-1.safetensors";
+  REQUIRE(std::filesystem::exists(checkpoint));
+  // Labelled text: whether a line of the corpus is long; train on one half, test on the other.
+  auto labelled = [&](const std::string& from, const std::string& to) {
+    std::ifstream in(from);
+    std::ofstream out(to);
+    std::string line;
+    for (int n = 0; std::getline(in, line) && n < 400; ++n) {
+      if (!line.empty()) out << (line.size() > 60 ? "long" : "short") << "\t" << line << "\n";
+    }
+    return to;
+  };
+  const std::string train = labelled(text.first, (a.dir() / "train.tsv").string());
+  const std::string test = labelled(text.second, (a.dir() / "test.tsv").string());
+  Json classify = {{"name", "classify"}, {"seed", 1}, {"steps", 6}, {"batch_size", 8}, {"micro_batches", 1},
+                   {"schedule", "gpipe"},
+                   {"model", {{"kind", "classifier"}, {"classes", {"short", "long"}}, {"vocab_size", 257}, {"d_model", 32},
+                              {"heads", 4}, {"layers", 2}, {"d_ff", 64}, {"seq_len", kSeqLen},
+                              {"init_from", checkpoint.string()}}},
+                   {"data", {{"files", {train}}, {"eval_files", {test}}}},
+                   {"optimizer", {{"lr", 1e-3}}},
+                   {"eval", {{"samples", 64}}},
+                   {"stages", {{{"daemon", b.control()}, {"layers", {0, 2}}}}}};
+  const Json status = runJob(context, b.control(), classify);
+  INFO(status.dump().substr(0, 3000));
+  REQUIRE(status["state"] == "succeeded");
+  const Json& init = status["plans"].back()["stages"][0]["init_from"][0];
+  CHECK(init["from_seed"] == 2);  // the classifier head: weight and bias
+  CHECK(init["loaded"].get<int>() > 10);  // embeddings, blocks, final norm: from the discriminator
+  const double accuracy = status["summary"]["validation_accuracy"];
+  CHECK(accuracy >= 0.0);
+  CHECK(accuracy <= 1.0);
+  // A label the spec does not list is refused with its file and line.
+  std::ofstream(train, std::ios::app) << "medium\tnot a class\n";
+  const Json bad = runJob(context, b.control(), classify);
+  CHECK(bad["state"] == "failed");
+  CHECK_THAT(bad["error"].get<std::string>(), Catch::Contains("train.tsv:") && Catch::Contains("\"medium\" is not in model.classes"));
+}

@@ -186,7 +186,7 @@ TEST_CASE("malformed, wrong-shaped and missing TorchScript modules are refused w
 
 TEST_CASE("the model kinds a spec may name are the registry's", "[torchscript]") {
   CHECK(protocol::modelKinds() == stages::modelKinds());
-  CHECK_THROWS_WITH(stages::makeModelSource([] { stages::ModelConfig c; c.kind = "bert"; return c; }()), Catch::Contains("valid: electra, gpt, torchscript"));
+  CHECK_THROWS_WITH(stages::makeModelSource([] { stages::ModelConfig c; c.kind = "bert"; return c; }()), Catch::Contains("valid: classifier, electra, encoder, gpt, torchscript"));
 }
 
 TEST_CASE("a TorchScript stage that fails on its declared input says why, not where", "[torchscript]") {
