@@ -261,8 +261,16 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       why = *failure;
       return Outcome::Retry;
     }
+    for (int s : table_.doneStages(jobId_)) heartbeats.finished(s);
     if (auto lost = heartbeats.lost()) {
-      why = *lost;
+      // A stage that is done may be freed before its report is read here (a fan-in's
+      // producers finish first): give its report a moment before calling it lost.
+      const auto until = std::chrono::steady_clock::now() + kStageReportGrace;
+      while (!table_.doneStages(jobId_).count(lost->stage) && std::chrono::steady_clock::now() < until) {
+        table_.waitForChange(jobId_, std::chrono::milliseconds(50));
+      }
+      if (table_.doneStages(jobId_).count(lost->stage)) continue;
+      why = lost->why;
       return Outcome::Retry;
     }
     if (awaitingProfiles) {

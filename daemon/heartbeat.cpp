@@ -11,7 +11,8 @@ namespace skytrain::daemon {
 
 HeartbeatMonitor::HeartbeatMonitor(zmq::context_t& context, std::string jobId, std::vector<HeartbeatTarget> stages,
                                    double intervalS, int misses)
-    : context_(context), jobId_(std::move(jobId)), stages_(std::move(stages)), intervalS_(intervalS), misses_(misses) {
+    : context_(context), jobId_(std::move(jobId)), stages_(std::move(stages)), intervalS_(intervalS), misses_(misses),
+      lost_(stages_.size()), finished_(stages_.size(), false) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -20,9 +21,17 @@ HeartbeatMonitor::~HeartbeatMonitor() {
   thread_.join();
 }
 
-std::optional<std::string> HeartbeatMonitor::lost() const {
+std::optional<HeartbeatMonitor::Lost> HeartbeatMonitor::lost() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return lost_;
+  for (size_t i = 0; i < lost_.size(); ++i) {
+    if (!lost_[i].empty() && !finished_[i]) return Lost{static_cast<int>(i), lost_[i]};
+  }
+  return std::nullopt;
+}
+
+void HeartbeatMonitor::finished(int stage) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stage >= 0 && stage < static_cast<int>(finished_.size())) finished_[stage] = true;
 }
 
 void HeartbeatMonitor::run() {
@@ -32,12 +41,17 @@ void HeartbeatMonitor::run() {
   uint64_t id = 1;
   auto declare = [&](size_t i, const std::string& why) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!lost_) lost_ = "stage " + std::to_string(i) + " (" + stages_[i].endpoint + ") lost: " + why;
+    if (lost_[i].empty()) lost_[i] = "stage " + std::to_string(i) + " (" + stages_[i].endpoint + ") lost: " + why;
+  };
+  auto isFinished = [&](size_t i) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<bool>(finished_[i]);
   };
   auto nextBeat = Clock::now();
   while (!stopping_) {
     if (Clock::now() >= nextBeat) {
       for (size_t i = 0; i < n; ++i) {
+        if (isFinished(i)) continue;
         try {
           if (!clients[i]) clients[i] = std::make_unique<protocol::ControlClient>(context_, stages_[i].endpoint, stages_[i].security);
           protocol::StageHeartbeat beat;
@@ -53,7 +67,7 @@ void HeartbeatMonitor::run() {
       nextBeat += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(intervalS_));
     }
     for (size_t i = 0; i < n; ++i) {
-      if (!clients[i]) continue;
+      if (!clients[i] || isFinished(i)) continue;
       try {
         while (auto reply = clients[i]->tryReceive()) {
           if (reply->value("ok", false)) {

@@ -31,7 +31,13 @@ class HeartbeatMonitor {
   ~HeartbeatMonitor();  // stops and joins
 
   // The first stage found lost, with why and how long it was silent; nullopt while all answer.
-  std::optional<std::string> lost() const;
+  struct Lost {
+    int stage = 0;
+    std::string why;
+  };
+  std::optional<Lost> lost() const;
+  // The stage reported done: its daemon may free it, so it is watched no more.
+  void finished(int stage);
 
  private:
   void run();
@@ -42,8 +48,9 @@ class HeartbeatMonitor {
   double intervalS_;
   int misses_;
   std::atomic<bool> stopping_{false};
-  mutable std::mutex mutex_;  // guards lost_
-  std::optional<std::string> lost_;
+  mutable std::mutex mutex_;  // guards lost_ and finished_
+  std::vector<std::string> lost_;  // per stage: why it was lost; empty while it answers
+  std::vector<bool> finished_;
   std::thread thread_;  // owns a DEALER per stage daemon
 };
 

@@ -323,6 +323,11 @@ bool JobTable::allStagesDone(const std::string& id) const {
   return r.stagesDone.size() == r.spec.stages.size();
 }
 
+std::set<int> JobTable::doneStages(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return find(id).stagesDone;
+}
+
 bool JobTable::dryRun(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return find(id).dryRun;

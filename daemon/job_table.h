@@ -77,6 +77,7 @@ class JobTable {
   // Blocks until the job changes (a report, a transition) or timeout.
   void waitForChange(const std::string& id, std::chrono::milliseconds timeout);
   bool allStagesDone(const std::string& id) const;
+  std::set<int> doneStages(const std::string& id) const;  // of the current attempt
   bool dryRun(const std::string& id) const;
 
   // Every stage's profile taken before `step`, once all have arrived (then forgotten).
