@@ -10,7 +10,6 @@
 #include "scheduler/error.h"
 #include "stages/gpt.h"
 #include "stages/electra.h"
-#include "stages/labelled_data.h"
 #include "stages/safetensors.h"
 #include "stages/weights.h"
 
@@ -26,38 +25,6 @@ std::string describeShape(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
-
-stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
-  stages::GptConfig c;
-  c.vocabSize = m.vocabSize;
-  c.dModel = m.dModel;
-  c.heads = m.heads;
-  c.layers = m.layers;
-  c.dFf = m.dFf;
-  c.seqLen = m.seqLen;
-  c.dropout = m.dropout;
-  c.split.block = m.splitPoint.block;
-  c.split.layer = m.splitPoint.layer == "proj" ? stages::SplitPoint::Layer::Proj : stages::SplitPoint::Layer::Fc;
-  c.split.rank = m.splitPoint.rank;
-  c.split.keepResidual = m.splitPoint.keepResidual;
-  return c;
-}
-
-stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
-  stages::ModelConfig c;
-  c.kind = spec.model.kind;
-  c.gpt = gptConfig(spec.model);
-  c.generator = c.gpt;
-  c.generator.dModel = spec.model.generator.dModel;
-  c.generator.heads = spec.model.generator.heads;
-  c.generator.layers = spec.model.generator.layers;
-  c.generator.dFf = spec.model.generator.dFf;
-  c.loss = spec.model.loss;
-  c.seed = spec.seed;
-  c.classes = static_cast<int>(spec.model.classes.size());
-  for (const auto& s : spec.stages) c.stages.push_back({s.firstLayer, s.lastLayer, s.module, s.inputShape});
-  return c;
-}
 
 PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes)
     : spec_(spec), stage_(stage), jobKey_(jobKey), memoryBudgetBytes_(memoryBudgetBytes) {
@@ -81,29 +48,9 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
 
   fanIn_ = source_->fanIn();
   if (readsData()) {
-    const auto& own = spec.stages[stage].dataFiles;
-    if (spec.model.kind == "classifier") {
-      stages::LabelledDataOptions options;
-      options.files = spec.data.files;
-      options.evalFiles = spec.data.evalFiles;
-      options.classes = spec.model.classes;
-      options.sentencepieceModel = spec.data.sentencepieceModel;
-      options.validationFraction = spec.data.validationFraction;
-      options.seqLen = spec.model.seqLen;
-      options.seed = spec.seed;
-      data_ = std::make_unique<stages::LabelledDataSource>(options);
-    } else {
-      stages::TextDataOptions options;
-      options.files = own.empty() ? spec.data.files : own;
-      options.evalFiles = spec.data.evalFiles;
-      options.sentencepieceModel = spec.data.sentencepieceModel;
-      options.validationFraction = spec.data.validationFraction;
-      options.seqLen = spec.model.seqLen;
-      options.seed = spec.seed;
-      data_ = std::make_unique<stages::TextDataSource>(options);
-    }
-    maskId_ = data_->tokenizer().vocabSize();  // one past the tokenizer's: the generators' [MASK]
+    data_ = makeDataSource(spec, stage);
     // [MASK] (or a classifier's padding) is the ID one past the tokenizer's.
+    maskId_ = data_->tokenizer().vocabSize();
     const bool masks = fanIn_ || spec.model.kind == "encoder" || spec.model.kind == "classifier";
     const int needed = data_->tokenizer().vocabSize() + (masks ? 1 : 0);
     if (needed > spec.model.vocabSize) {

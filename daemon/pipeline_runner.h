@@ -17,6 +17,7 @@
 
 #include "compression/codec.h"
 #include "daemon/checkpoint.h"
+#include "daemon/model_setup.h"
 #include "daemon/peer_link.h"
 #include "daemon/protocol/job_spec.h"
 #include "scheduler/schedule.h"
@@ -60,10 +61,6 @@ struct CodecPair {
 // Thrown out of a wait when the worker is told to stop.
 struct Aborted {};
 
-// The model zoo's config for a job's model spec.
-stages::GptConfig gptConfig(const protocol::ModelSpec& model);
-// The model source's config: the kind, the sizes, the loss and each stage's part.
-stages::ModelConfig modelConfig(const protocol::JobSpec& spec);
 
 // What the coordinator's planner chose: applied from the next step on.
 struct RunPlan {

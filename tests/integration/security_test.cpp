@@ -353,3 +353,46 @@ TEST_CASE("regressions: requests that used to end or exhaust a daemon are refuse
   CHECK(ping(context, a, keys.as("user", a.publicKey()))["ok"] == true);
   CHECK(ping(context, b, keys.as("user", b.publicKey()))["ok"] == true);
 }
+
+TEST_CASE("a fan-in's producer cannot pass its frames off as another producer's; the job ends identical",
+          "[integration][security][fan-in]") {
+  TestKeys keys;
+  keys.add("user", Role::Client);
+  keys.add("root", Role::Admin);
+  for (const char* name : {"pga", "pgc", "pdisc"}) keys.add(name, Role::Daemon);
+  TestDaemon ga("pga", {&keys}), gc("pgc", {&keys}), disc("pdisc", {&keys});
+  zmq::context_t context;
+  const Json spec = {{"name", "electra"}, {"seed", 5}, {"steps", 30}, {"batch_size", 4}, {"micro_batches", 1},
+                     {"model", {{"kind", "electra"}, {"vocab_size", 257}, {"d_model", 16}, {"heads", 2}, {"layers", 1},
+                                {"d_ff", 32}, {"seq_len", 8}, {"generator", {{"d_model", 8}, {"heads", 2}, {"layers", 1}, {"d_ff", 16}}}}},
+                     {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
+                     {"stages", {{{"daemon", ga.control()}}, {{"daemon", gc.control()}}, {{"daemon", disc.control()}}}}};
+  const Json quiet = runJob(context, disc.control(), spec, keys.as("user", disc.publicKey()));
+  REQUIRE(quiet["state"] == "succeeded");
+
+  protocol::ControlClient user(context, disc.control(), keys.as("user", disc.publicKey()));
+  const std::string job = user.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(5))["job"];
+  const uint64_t jobKey = std::stoull(job, nullptr, 16);
+  const std::string data = ping(context, disc, keys.as("user", disc.publicKey()))["data"];
+  std::atomic<bool> done{false};
+  std::thread impostor([&] {  // generator 2's daemon, with its own key, claiming generator 1's micro-batches
+    const auto asGc = keys.as("pgc", disc.publicKey());
+    for (uint64_t round = 0; !done; ++round) {
+      auto forged = forgedFrame(jobKey, round % 30, /*producer 0, micro-batch 0*/ 0, 2, compression::FrameDirection::Forward,
+                                {4, 8, 2});
+      sendRaw(context, data, asGc, {compression::encodeFrameHeader(forged), forged.tensor.payload});
+      auto unknown = forgedFrame(jobKey, round % 30, 7u << 16, 2, compression::FrameDirection::Forward, {4, 8, 2});
+      sendRaw(context, data, asGc, {compression::encodeFrameHeader(unknown), unknown.tensor.payload});
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  });
+  const Json status = waitForEnd(user, job);
+  done = true;
+  impostor.join();
+  INFO(status.dump().substr(0, 3000));
+  REQUIRE(status["state"] == "succeeded");
+  for (size_t i = 0; i < quiet["steps"].size(); ++i) CHECK(status["steps"][i]["stage_losses"] == quiet["steps"][i]["stage_losses"]);
+  disc.daemon().requestReload();
+  std::this_thread::sleep_for(milliseconds(300));
+  CHECK(ping(context, disc, keys.as("root", disc.publicKey()))["refused"]["frames"].get<int>() > 0);
+}

@@ -1,0 +1,64 @@
+// How a job spec becomes a stage's model source and data source (the spec's fields mapped
+// onto the stages module's plain config structs).
+#include "daemon/model_setup.h"
+
+#include "stages/labelled_data.h"
+
+namespace skytrain::daemon {
+
+stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
+  stages::GptConfig c;
+  c.vocabSize = m.vocabSize;
+  c.dModel = m.dModel;
+  c.heads = m.heads;
+  c.layers = m.layers;
+  c.dFf = m.dFf;
+  c.seqLen = m.seqLen;
+  c.dropout = m.dropout;
+  c.split.block = m.splitPoint.block;
+  c.split.layer = m.splitPoint.layer == "proj" ? stages::SplitPoint::Layer::Proj : stages::SplitPoint::Layer::Fc;
+  c.split.rank = m.splitPoint.rank;
+  c.split.keepResidual = m.splitPoint.keepResidual;
+  return c;
+}
+
+stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
+  stages::ModelConfig c;
+  c.kind = spec.model.kind;
+  c.gpt = gptConfig(spec.model);
+  c.generator = c.gpt;
+  c.generator.dModel = spec.model.generator.dModel;
+  c.generator.heads = spec.model.generator.heads;
+  c.generator.layers = spec.model.generator.layers;
+  c.generator.dFf = spec.model.generator.dFf;
+  c.loss = spec.model.loss;
+  c.seed = spec.seed;
+  c.classes = static_cast<int>(spec.model.classes.size());
+  for (const auto& s : spec.stages) c.stages.push_back({s.firstLayer, s.lastLayer, s.module, s.inputShape});
+  return c;
+}
+
+std::unique_ptr<stages::DataSource> makeDataSource(const protocol::JobSpec& spec, int stage) {
+  if (spec.model.kind == "classifier") {
+    stages::LabelledDataOptions options;
+    options.files = spec.data.files;
+    options.evalFiles = spec.data.evalFiles;
+    options.classes = spec.model.classes;
+    options.sentencepieceModel = spec.data.sentencepieceModel;
+    options.validationFraction = spec.data.validationFraction;
+    options.seqLen = spec.model.seqLen;
+    options.seed = spec.seed;
+    return std::make_unique<stages::LabelledDataSource>(options);
+  }
+  const auto& own = spec.stages.at(stage).dataFiles;
+  stages::TextDataOptions options;
+  options.files = own.empty() ? spec.data.files : own;
+  options.evalFiles = spec.data.evalFiles;
+  options.sentencepieceModel = spec.data.sentencepieceModel;
+  options.validationFraction = spec.data.validationFraction;
+  options.seqLen = spec.model.seqLen;
+  options.seed = spec.seed;
+  return std::make_unique<stages::TextDataSource>(options);
+}
+
+}  // namespace skytrain::daemon
