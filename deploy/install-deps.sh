@@ -10,7 +10,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   nlohmann-json3-dev libcli11-dev catch2
   libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev libzstd-dev
-  diatheke sword-text-web
+  diatheke sword-text-web sword-text-sparv  # the English and Spanish Bibles
   systemd iproute2 procps python3
   python3-torch  # tests and the example: TorchScript models exported from Python
   "$@"
