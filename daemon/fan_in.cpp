@@ -4,7 +4,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <algorithm>
 
 #include "compression/codec_registry.h"
 #include "daemon/pipeline_runner.h"
@@ -18,7 +17,6 @@ namespace {
 using compression::FrameDirection;
 
 constexpr uint32_t kProducerShift = 16;  // a producer's index, in a micro-batch index's high bits
-constexpr int kProbes = 4;
 
 uint32_t tagged(int producer, uint32_t index) { return (static_cast<uint32_t>(producer) << kProducerShift) | index; }
 
@@ -188,58 +186,6 @@ std::optional<double> PipelineRunner::fanInEval(uint64_t step) {
   return lossSum / static_cast<double>(tokens);
 }
 
-nlohmann::json PipelineRunner::fanInCompute() {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(0x9f0f11e);
-  auto codec = compression::builtinCodecs().make(spec_.compression.forward);
-  const int64_t t = spec_.model.seqLen, vocab = spec_.model.vocabSize;
-  nlohmann::json forward = nlohmann::json::array(), backward = nlohmann::json::array(), outputBytes = nlohmann::json::array(),
-                 gradientBytes = nlohmann::json::array();
-  constexpr int kProfileMicroBatch = -1;
-  auto pass = [&](int64_t b, double& forwardSeconds, double& backwardSeconds) {
-    const at::Tensor ids = torch::randint(0, vocab, {b, t}, generator, torch::kLong);
-    auto start = Clock::now();
-    at::Tensor logits = model_->forward(kProfileMicroBatch, ids).requires_grad_(true);
-    const at::Tensor targets = isLast() ? torch::randint(0, 2, {b, t}, generator, torch::kLong)
-                                        : torch::randint(0, vocab, {b, t}, generator, torch::kLong);
-    model_->loss(logits, targets).backward();
-    forwardSeconds = secondsSince(start);
-    start = Clock::now();
-    model_->backward(kProfileMicroBatch, logits.grad());
-    backwardSeconds = secondsSince(start);
-  };
-  double f = 0, w = 0;
-  pass(spec_.batchSize, f, w);  // warm-up
-  for (int64_t b : {int64_t{1}, std::max<int64_t>(1, spec_.batchSize / 2), int64_t{spec_.batchSize}}) {
-    std::vector<double> fs, ws;
-    for (int repeat = 0; repeat < 3; ++repeat) {
-      pass(b, f, w);
-      fs.push_back(f);
-      ws.push_back(w);
-    }
-    std::sort(fs.begin(), fs.end());
-    std::sort(ws.begin(), ws.end());
-    forward.push_back({b, fs[1]});
-    backward.push_back({b, ws[1]});
-    double bytes = 0;
-    if (!isLast()) {
-      const at::Tensor tokens = torch::stack({torch::randint(0, vocab, {b, t}, generator, torch::kLong),
-                                              torch::randint(0, 2, {b, t}, generator, torch::kLong)}, -1);
-      bytes = static_cast<double>(compression::frameBytes(codec->encode(tokens)));
-    }
-    outputBytes.push_back({b, bytes});
-    gradientBytes.push_back({b, 0.0});
-  }
-  optimizer_->zero_grad();
-  return {{"forward_s", forward},
-          {"backward_s", backward},
-          {"output_bytes", outputBytes},
-          {"gradient_bytes", gradientBytes},
-          {"stash_bytes_per_sample", source_->stashBytesPerSample(stage_)},
-          {"parameters", {{"trainable", parameterCounts_.trainable}, {"frozen", parameterCounts_.frozen}}},
-          {"init_from", initReport_},
-          {"memory_budget_bytes", memoryBudgetBytes_}};
-}
-
 nlohmann::json PipelineRunner::fanInProbes(uint64_t step) {
   auto frame = [&](FrameDirection direction, uint32_t index, uint16_t to, const at::Tensor& t) {
     compression::TensorFrame f = frameFor(direction, step, static_cast<int>(index), to);
@@ -261,34 +207,8 @@ nlohmann::json PipelineRunner::fanInProbes(uint64_t step) {
   const auto shape = source_->inputShape(consumerStage(), spec_.batchSize);
   const at::Tensor tokens = torch::cat({torch::randint(0, spec_.model.vocabSize, {shape[0], shape[1], 1}, generator, torch::kLong),
                                         torch::randint(0, 2, {shape[0], shape[1], 1}, generator, torch::kLong)}, -1);
-  auto codec = compression::builtinCodecs().make(spec_.compression.forward);
-  compression::TensorFrame big = frame(FrameDirection::Probe, 0, consumerStage(), tiny);
-  big.tensor = codec->encode(tokens);
-  const double jobBytes = static_cast<double>(compression::frameBytes(big.tensor));
-  if (jobBytes < (64 << 10)) big = frame(FrameDirection::Probe, 0, consumerStage(), torch::zeros({(64 << 10) / 4}));
-  const double bigBytes = static_cast<double>(compression::frameBytes(big.tensor));
-  double smallRtt = 1e30, bigRtt = 1e30, smallBytes = 0;
-  for (int i = 0; i < 2 * kProbes; ++i) {
-    compression::TensorFrame probe = frame(FrameDirection::Probe, tagged(stage_, i), consumerStage(), tiny);
-    if (i >= kProbes) {
-      big.microBatch = tagged(stage_, i);
-      probe = big;
-    } else {
-      smallBytes = static_cast<double>(compression::frameBytes(probe.tensor));
-    }
-    const auto start = Clock::now();
-    next_->send(probe);
-    awaitFrame(*next_, FrameDirection::ProbeReply, step, static_cast<int>(tagged(stage_, i)));
-    (i < kProbes ? smallRtt : bigRtt) = std::min(i < kProbes ? smallRtt : bigRtt, secondsSince(start));
-  }
-  const double transfer = std::max(1e-7, bigRtt - smallRtt);
-  return {{"bandwidth_bytes_per_s", (bigBytes - smallBytes) / transfer},
-          {"delay_s", smallRtt / 2},
-          {"overhead_s", 0.0},
-          {"probe_bytes", bigBytes},
-          {"job_frame_bytes", jobBytes},
-          {"rtt_small_s", smallRtt},
-          {"rtt_big_s", bigRtt}};
+  return measureLink(step, compression::builtinCodecs().make(spec_.compression.forward)->encode(tokens), 64 << 10,
+                     consumerStage(), [this](int i) { return tagged(stage_, static_cast<uint32_t>(i)); });
 }
 
 }  // namespace skytrain::daemon

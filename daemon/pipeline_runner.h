@@ -136,6 +136,15 @@ class PipelineRunner {
   at::Tensor receiveTokens(compression::FrameDirection direction, uint64_t step, uint32_t microBatch, int64_t samples);
   nlohmann::json fanInProbes(uint64_t step);
   nlohmann::json fanInCompute();  // the compute profile's keys, for a generator or the discriminator
+  // The compute profile's record: the measured fits' points and what every profile adds.
+  nlohmann::json computeProfile(nlohmann::json forward, nlohmann::json backward, nlohmann::json outputBytes,
+                                nlohmann::json gradientBytes) const;
+  // Times round trips to stage `to` over next_: tiny probes, then the job's frame `job`
+  // (zeros of minBytes when smaller); probe i carries micro-batch index(i). The link's
+  // bandwidth, one-way delay and the round trips.
+  static constexpr int kProbes = 4;  // round trips per probe size; the fastest counts
+  nlohmann::json measureLink(uint64_t step, compression::EncodedTensor job, size_t minBytes, uint16_t to,
+                             const std::function<uint32_t(int)>& index);
   uint16_t consumerStage() const { return static_cast<uint16_t>(spec_.stages.size() - 1); }
   int producers() const { return static_cast<int>(spec_.stages.size()) - 1; }
   bool readsData() const { return fanIn_ ? !isLast() : isFirst() || isLast(); }

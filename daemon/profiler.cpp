@@ -16,7 +16,6 @@ namespace {
 using compression::FrameDirection;
 using Json = nlohmann::json;
 
-constexpr int kProbes = 4;   // round trips per probe size; the fastest counts
 constexpr size_t kMinProbeBytes = 1 << 20;  // smaller frames time the latency, not the bandwidth
 constexpr int kRepeats = 3;  // compute measurements per size; the median counts (the fastest is optimistic)
 
@@ -96,14 +95,61 @@ Json PipelineRunner::profileCompute() {
     gradientBytes.push_back({b, gradBytes});
   }
   optimizer_->zero_grad();  // profiling's gradients must not reach the first step
-  return {{"forward_s", forward},
-          {"backward_s", backward},
-          {"output_bytes", outputBytes},
-          {"gradient_bytes", gradientBytes},
+  return computeProfile(std::move(forward), std::move(backward), std::move(outputBytes), std::move(gradientBytes));
+}
+
+Json PipelineRunner::computeProfile(Json forward, Json backward, Json outputBytes, Json gradientBytes) const {
+  return {{"forward_s", std::move(forward)},
+          {"backward_s", std::move(backward)},
+          {"output_bytes", std::move(outputBytes)},
+          {"gradient_bytes", std::move(gradientBytes)},
           {"stash_bytes_per_sample", source_->stashBytesPerSample(stage_)},
           {"parameters", {{"trainable", parameterCounts_.trainable}, {"frozen", parameterCounts_.frozen}}},
           {"init_from", initReport_},
           {"memory_budget_bytes", memoryBudgetBytes_}};
+}
+
+// A fan-in's stages train on their own: a step's forward (with the loss) and backward on
+// random token IDs, and on a generator the token frame it sends.
+Json PipelineRunner::fanInCompute() {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(0x9f0f11e);
+  auto codec = compression::builtinCodecs().make(spec_.compression.forward);
+  const int64_t t = spec_.model.seqLen, vocab = spec_.model.vocabSize;
+  Json forward = Json::array(), backward = Json::array(), outputBytes = Json::array(), gradientBytes = Json::array();
+  constexpr int kProfileMicroBatch = -1;
+  auto pass = [&](int64_t b, double& forwardSeconds, double& backwardSeconds) {
+    const at::Tensor ids = torch::randint(0, vocab, {b, t}, generator, torch::kLong);
+    auto start = Clock::now();
+    at::Tensor logits = model_->forward(kProfileMicroBatch, ids).requires_grad_(true);
+    const at::Tensor targets = torch::randint(0, isLast() ? 2 : vocab, {b, t}, generator, torch::kLong);
+    model_->loss(logits, targets).backward();
+    forwardSeconds = secondsSince(start);
+    start = Clock::now();
+    model_->backward(kProfileMicroBatch, logits.grad());
+    backwardSeconds = secondsSince(start);
+  };
+  double f = 0, w = 0;
+  pass(spec_.batchSize, f, w);  // warm-up
+  for (int64_t b : profileSizes(spec_.batchSize)) {
+    std::vector<double> forwardTimes, backwardTimes;
+    for (int repeat = 0; repeat < kRepeats; ++repeat) {
+      pass(b, f, w);
+      forwardTimes.push_back(f);
+      backwardTimes.push_back(w);
+    }
+    forward.push_back({b, median(forwardTimes)});
+    backward.push_back({b, median(backwardTimes)});
+    double bytes = 0;
+    if (!isLast()) {
+      const at::Tensor tokens = torch::stack({torch::randint(0, vocab, {b, t}, generator, torch::kLong),
+                                              torch::randint(0, 2, {b, t}, generator, torch::kLong)}, -1);
+      bytes = static_cast<double>(compression::frameBytes(codec->encode(tokens)));
+    }
+    outputBytes.push_back({b, bytes});
+    gradientBytes.push_back({b, 0.0});
+  }
+  optimizer_->zero_grad();
+  return computeProfile(std::move(forward), std::move(backward), std::move(outputBytes), std::move(gradientBytes));
 }
 
 Json PipelineRunner::probeLinks(uint64_t step) {
@@ -122,28 +168,30 @@ Json PipelineRunner::probeLinks(uint64_t step) {
   if (isLast()) return nullptr;
   // A real frame of the job's size: the activation of a full batch through the job's codec.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0x11ec);
-  auto codec = compression::builtinCodecs().make(spec_.compression.forward);
   const at::Tensor activation = model_->infer(randomInput(spec_.batchSize, generator));
-  compression::TensorFrame big = frame(FrameDirection::Probe, 0, static_cast<uint16_t>(stage_ + 1), tiny);
-  big.tensor = codec->encode(activation);
-  if (compression::frameBytes(big.tensor) < kMinProbeBytes) {
-    big = frame(FrameDirection::Probe, 0, static_cast<uint16_t>(stage_ + 1), torch::zeros({kMinProbeBytes / 4}));
-  }
-  const double bigBytes = static_cast<double>(compression::frameBytes(big.tensor));
+  return measureLink(step, compression::builtinCodecs().make(spec_.compression.forward)->encode(activation),
+                     kMinProbeBytes, static_cast<uint16_t>(stage_ + 1), [](int i) { return static_cast<uint32_t>(i); });
+}
+
+Json PipelineRunner::measureLink(uint64_t step, compression::EncodedTensor job, size_t minBytes, uint16_t to,
+                                 const std::function<uint32_t(int)>& index) {
+  auto probe = [&](int i, compression::EncodedTensor tensor) {
+    compression::TensorFrame f = frameFor(FrameDirection::Probe, step, static_cast<int>(index(i)), to);
+    f.tensor = std::move(tensor);
+    return f;
+  };
+  const compression::EncodedTensor tiny = decoderFor("none").encode(torch::zeros({1}));
+  const double jobBytes = static_cast<double>(compression::frameBytes(job));
+  if (compression::frameBytes(job) < minBytes) job = decoderFor("none").encode(torch::zeros({static_cast<int64_t>(minBytes / 4)}));
+  const double smallBytes = static_cast<double>(compression::frameBytes(tiny));
+  const double bigBytes = static_cast<double>(compression::frameBytes(job));
   double smallRtt = 1e30, bigRtt = 1e30;
-  double smallBytes = 0;
   for (int i = 0; i < 2 * kProbes; ++i) {
-    compression::TensorFrame probe = frame(FrameDirection::Probe, i, static_cast<uint16_t>(stage_ + 1), tiny);
-    if (i >= kProbes) {
-      big.microBatch = static_cast<uint32_t>(i);
-      probe = big;
-    } else {
-      smallBytes = static_cast<double>(compression::frameBytes(probe.tensor));
-    }
     const auto start = Clock::now();
-    next_->send(probe);
-    awaitFrame(*next_, FrameDirection::ProbeReply, step, i);
-    (i < kProbes ? smallRtt : bigRtt) = std::min(i < kProbes ? smallRtt : bigRtt, secondsSince(start));
+    next_->send(probe(i, i < kProbes ? tiny : job));
+    awaitFrame(*next_, FrameDirection::ProbeReply, step, static_cast<int>(index(i)));
+    double& rtt = i < kProbes ? smallRtt : bigRtt;
+    rtt = std::min(rtt, secondsSince(start));
   }
   // The big probe's extra round-trip time is its extra bytes over the bandwidth; the small
   // probe's round trip is twice the one-way delay (per-message overhead folded into it).
@@ -152,6 +200,7 @@ Json PipelineRunner::probeLinks(uint64_t step) {
           {"delay_s", smallRtt / 2},
           {"overhead_s", 0.0},
           {"probe_bytes", bigBytes},
+          {"job_frame_bytes", jobBytes},
           {"rtt_small_s", smallRtt},
           {"rtt_big_s", bigRtt}};
 }

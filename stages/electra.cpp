@@ -3,18 +3,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "stages/seeding.h"
+
 namespace skytrain::stages {
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 at::Generator sampleGenerator(uint64_t seed, uint64_t step, int64_t sample, uint64_t purpose) {
-  return at::make_generator<at::CPUGeneratorImpl>(mix(mix(seed ^ purpose) ^ mix(step) ^ mix(static_cast<uint64_t>(sample) + 0x5eed)));
+  const uint64_t key = splitmix64(seed ^ purpose) ^ splitmix64(step) ^ splitmix64(static_cast<uint64_t>(sample) + 0x5eed);
+  return at::make_generator<at::CPUGeneratorImpl>(splitmix64(key));
 }
 
 }  // namespace

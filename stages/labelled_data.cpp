@@ -8,19 +8,9 @@
 #include <random>
 
 #include "scheduler/error.h"
+#include "stages/seeding.h"
 
 namespace skytrain::stages {
-namespace {
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 LabelledDataSource::LabelledDataSource(LabelledDataOptions options) : options_(std::move(options)) {
   if (options_.files.empty()) throw Error("data: no files given");
   if (options_.classes.size() < 2) throw Error("data: a classifier needs at least two classes");
@@ -29,7 +19,7 @@ LabelledDataSource::LabelledDataSource(LabelledDataOptions options) : options_(s
   std::vector<Example> all = read(options_.files);
   if (options_.evalFiles.empty()) {
     // Files are often sorted by label (books in order): shuffle before holding out a share.
-    std::mt19937_64 shuffle(mix(options_.seed ^ 0x1abe1));
+    std::mt19937_64 shuffle(splitmix64(options_.seed ^ 0x1abe1));
     std::shuffle(all.begin(), all.end(), shuffle);
     const size_t held = static_cast<size_t>(all.size() * options_.validationFraction);
     validation_.assign(std::make_move_iterator(all.end() - held), std::make_move_iterator(all.end()));
@@ -86,9 +76,9 @@ TokenBatch LabelledDataSource::gather(const std::vector<const Example*>& example
 
 TokenBatch LabelledDataSource::trainBatch(uint64_t step, int firstSample, int count) const {
   std::vector<const Example*> picked;
-  const uint64_t stepKey = mix(options_.seed ^ mix(step));
+  const uint64_t stepKey = splitmix64(options_.seed ^ splitmix64(step));
   for (int j = 0; j < count; ++j) {
-    picked.push_back(&train_[mix(stepKey ^ mix(static_cast<uint64_t>(firstSample + j) + 0x51ed)) % train_.size()]);
+    picked.push_back(&train_[splitmix64(stepKey ^ splitmix64(static_cast<uint64_t>(firstSample + j) + 0x51ed)) % train_.size()]);
   }
   return gather(picked);
 }

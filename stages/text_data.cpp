@@ -6,16 +6,10 @@
 #include <sstream>
 
 #include "scheduler/error.h"
+#include "stages/seeding.h"
 
 namespace skytrain::stages {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

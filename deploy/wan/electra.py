@@ -57,6 +57,19 @@ def testbed(*args, capture=False):
                           stdout=subprocess.PIPE if capture else subprocess.DEVNULL).stdout
 
 
+def submit(spec):
+    """Runs a job spec on the testbed that is up to its end; returns (job id, status)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    out = testbed("client", "submit", f.name, capture=True)
+    os.unlink(f.name)
+    job = next(line.split()[2] for line in out.splitlines() if line.startswith("submitted job"))
+    status = json.loads(testbed("client", "status", "--json", job, capture=True))
+    if status["state"] != "succeeded":
+        sys.exit(f"job {spec['name']} failed: {status['error']}")
+    return job, status
+
+
 def run_job(seed, languages=("en", "es"), keep=None):
     """An ELECTRA job: a generator per language (clouds 0 and 2), the discriminator in cloud 1.
     keep: a path to copy the discriminator's final checkpoint to."""
@@ -74,14 +87,7 @@ def run_job(seed, languages=("en", "es"), keep=None):
         "stages": [{"daemon": control[clouds[lang]], "data_files": [os.path.join(DATA, lang + ".txt")]}
                    for lang in languages] + [{"daemon": control[1]}],
     }
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
-    out = testbed("client", "submit", f.name, capture=True)
-    os.unlink(f.name)
-    job = next(line.split()[2] for line in out.splitlines() if line.startswith("submitted job"))
-    status = json.loads(testbed("client", "status", "--json", job, capture=True))
-    if status["state"] != "succeeded":
-        sys.exit(f"experiment job failed: {status['error']}")
+    job, status = submit(spec)
     if keep:
         checkpoint = os.path.join(STATE, "cloud1", "jobs", job, "checkpoints", f"step-{STEPS - 1:08d}",
                                   f"stage-{len(languages)}.safetensors")
@@ -191,14 +197,7 @@ def fine_tune(seed, init, train, test):
         "eval": {"samples": 2000},
         "stages": [{"daemon": control, "layers": [0, DISCRIMINATOR["layers"]]}],
     }
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
-    out = testbed("client", "submit", f.name, capture=True)
-    os.unlink(f.name)
-    job = next(line.split()[2] for line in out.splitlines() if line.startswith("submitted job"))
-    status = json.loads(testbed("client", "status", "--json", job, capture=True))
-    if status["state"] != "succeeded":
-        sys.exit(f"fine-tuning job failed: {status['error']}")
+    _, status = submit(spec)
     return status["summary"]["validation_accuracy"]
 
 
