@@ -30,6 +30,7 @@ Json JobTable::summary(const Record& r) const {
   s["train_seconds"] = seconds;
   if (!r.evals.empty()) s["validation_loss"] = r.evals.back()["loss"];
   if (!r.evals.empty() && r.evals.back().contains("accuracy")) s["validation_accuracy"] = r.evals.back()["accuracy"];
+  if (!r.evals.empty() && r.evals.back().contains("bleu")) s["validation_bleu"] = r.evals.back()["bleu"];
   // Predicted vs measured under the plan in force: the first step after a plan is skipped
   // (it pays for allocating new buffer sizes).
   if (!r.plans.empty()) {

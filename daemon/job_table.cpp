@@ -235,6 +235,7 @@ void JobTable::applyReport(const protocol::StageReport& report) {
     case ReportKind::Eval:
       r.evals.push_back({{"step", report.step}, {"loss", *report.loss}});
       if (report.accuracy) r.evals.back()["accuracy"] = *report.accuracy;
+      if (report.bleu) r.evals.back()["bleu"] = *report.bleu;
       persist(r);
       break;
     case ReportKind::Profile: r.profiles[report.step][stage] = report.profile; break;

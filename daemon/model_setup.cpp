@@ -3,6 +3,7 @@
 #include "daemon/model_setup.h"
 
 #include "stages/labelled_data.h"
+#include "stages/parallel_data.h"
 
 namespace skytrain::daemon {
 
@@ -19,6 +20,7 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   c.split.layer = m.splitPoint.layer == "proj" ? stages::SplitPoint::Layer::Proj : stages::SplitPoint::Layer::Fc;
   c.split.rank = m.splitPoint.rank;
   c.split.keepResidual = m.splitPoint.keepResidual;
+  c.adapter = m.adapter;
   return c;
 }
 
@@ -34,11 +36,23 @@ stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
   c.loss = spec.model.loss;
   c.seed = spec.seed;
   c.classes = static_cast<int>(spec.model.classes.size());
+  c.decoderLayers = spec.model.decoderLayers;
   for (const auto& s : spec.stages) c.stages.push_back({s.firstLayer, s.lastLayer, s.module, s.inputShape});
   return c;
 }
 
 std::unique_ptr<stages::DataSource> makeDataSource(const protocol::JobSpec& spec, int stage) {
+  if (spec.model.kind == "translation") {
+    stages::ParallelDataOptions options;
+    options.files = spec.data.files;
+    options.evalFiles = spec.data.evalFiles;
+    options.sentencepieceModel = spec.data.sentencepieceModel;
+    options.validationFraction = spec.data.validationFraction;
+    options.seqLen = spec.model.seqLen;
+    options.vocabSize = spec.model.vocabSize;
+    options.seed = spec.seed;
+    return std::make_unique<stages::ParallelDataSource>(options);
+  }
   if (spec.model.kind == "classifier") {
     stages::LabelledDataOptions options;
     options.files = spec.data.files;

@@ -9,7 +9,10 @@
 #include "daemon/timing.h"
 #include "scheduler/error.h"
 #include "stages/gpt.h"
+#include "stages/bleu.h"
 #include "stages/electra.h"
+#include "stages/parallel_data.h"
+#include "stages/translation.h"
 #include "stages/safetensors.h"
 #include "stages/weights.h"
 
@@ -37,9 +40,12 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   try {
     model_ = source_->build(stage);
     parameterCounts_ = stages::applyTrainable(*model_, spec.model.trainable);
-    for (const auto& file : spec.model.initFrom) {
-      const auto result =
-          stages::initialiseFrom(*model_, stages::decodeSafetensors(readFile(file, kMaxInitBytes), file), file);
+    std::vector<std::string> files = spec.model.initFrom;
+    const auto& own = spec.stages.at(stage).initFrom;
+    files.insert(files.end(), own.begin(), own.end());
+    for (const auto& file : files) {
+      const auto result = stages::initialiseFrom(
+          *model_, stages::decodeSafetensors(readFile(file, kMaxInitBytes), file), file, source_->namePrefix(stage));
       initReport_.push_back({{"file", file}, {"loaded", result.loaded}, {"from_seed", result.fromSeed.size()}});
     }
   } catch (const Error& e) {  // WireError (a malformed file) included
@@ -52,12 +58,13 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
     // [MASK] (or a classifier's padding) is the ID one past the tokenizer's.
     maskId_ = data_->tokenizer().vocabSize();
     const bool masks = fanIn_ || spec.model.kind == "encoder" || spec.model.kind == "classifier";
-    const int needed = data_->tokenizer().vocabSize() + (masks ? 1 : 0);
+    const bool translation = spec.model.kind == "translation";
+    const int needed = data_->tokenizer().vocabSize() + (translation ? stages::kTranslationSpecials : masks ? 1 : 0);
     if (needed > spec.model.vocabSize) {
       throw SpecError("$.model.vocab_size", std::to_string(spec.model.vocabSize) + " is smaller than tokenizer " +
                                                 data_->tokenizer().name() + "'s " +
                                                 std::to_string(data_->tokenizer().vocabSize()) +
-                                                (masks ? " plus the [MASK] token" : ""));
+                                                (translation ? " plus [PAD], [BOS], [EOS]" : masks ? " plus the [MASK] token" : ""));
     }
   }
   const auto& o = spec.optimizer;
@@ -167,6 +174,7 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
   at::Tensor output;
   {
     Timed timed(computeSeconds_);
+    if (isLast() && data_) model_->setTargets(batch.targets);
     output = model_->forward(microBatch, input);
     if (isLast()) {
       // The stage keeps the graph; the loss's gradient w.r.t. the logits is taken here and
@@ -282,25 +290,40 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
   double lossSum = 0, correct = 0;
   int64_t tokens = 0;
   const bool classifier = spec_.model.kind == "classifier";
+  const bool translation = spec_.model.kind == "translation";
+  std::vector<std::string> hypotheses, references;
   for (int chunk = 0; chunk * b < samples; ++chunk) {
     const int count = std::min(b, samples - chunk * b);
     stages::TokenBatch batch;
     if (data_) batch = masked(data_->validationBatch(chunk * b, count), kEvalMaskStream, chunk * b);
     const at::Tensor input =
         isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Eval, step, chunk, boundaryShape(stage_, count));
+    if (isLast() && data_) model_->setTargets(batch.targets);
     const at::Tensor output = model_->infer(input);
     if (isLast()) {
       torch::NoGradGuard noGrad;
       lossSum += model_->loss(output, batch.targets).item<double>() * static_cast<double>(batch.targets.numel());
       tokens += batch.targets.numel();
       if (classifier) correct += output.mean(1).argmax(-1).eq(batch.targets).sum().item<double>();
+      if (translation) translate(input, chunk * b, hypotheses, references);
     } else {
       transmit(*next_, *evalCodec_, FrameDirection::Eval, step, chunk, stage_ + 1, output);
     }
   }
   if (!isLast()) return std::nullopt;
   if (classifier) evalAccuracy_ = correct / static_cast<double>(tokens);
+  if (translation) evalBleu_ = stages::corpusBleu(hypotheses, references).score;
   return lossSum / static_cast<double>(tokens);
+}
+
+void PipelineRunner::translate(const at::Tensor& memory, int firstSample, std::vector<std::string>& hypotheses,
+                               std::vector<std::string>& references) {
+  const auto& parallel = dynamic_cast<const stages::ParallelDataSource&>(*data_);
+  const at::Tensor generated = model_->generate(memory, spec_.model.seqLen);
+  for (int64_t i = 0; i < generated.size(0); ++i) {
+    hypotheses.push_back(data_->tokenizer().decode(stages::generatedTokens(generated[i], spec_.model.vocabSize)));
+    references.push_back(parallel.validationReference(firstSample + static_cast<int>(i)));
+  }
 }
 
 compression::TensorFrame PipelineRunner::awaitFrame(PeerLink& link, FrameDirection direction, uint64_t step,

@@ -109,6 +109,9 @@ class PipelineRunner {
     return evalAccuracy_ >= 0 ? std::optional<double>(evalAccuracy_) : std::nullopt;
   }
 
+  // A translation's corpus BLEU (greedy decoding) of the last runEval (the last stage).
+  std::optional<double> evalBleu() const { return evalBleu_ >= 0 ? std::optional<double>(evalBleu_) : std::nullopt; }
+
   bool isFirst() const { return stage_ == 0; }
   bool isLast() const { return stage_ == static_cast<int>(spec_.stages.size()) - 1; }
   bool fanIn() const { return fanIn_; }
@@ -118,6 +121,10 @@ class PipelineRunner {
 
  private:
   void forward(uint64_t step, int microBatch, double& lossSum);
+  // A decoder's greedy translations of the memory of validation samples from firstSample,
+  // with their references.
+  void translate(const at::Tensor& memory, int firstSample, std::vector<std::string>& hypotheses,
+                 std::vector<std::string>& references);
   // An MLM encoder's batch: masked inputs, targets only where masked; others unchanged.
   stages::TokenBatch masked(stages::TokenBatch batch, uint64_t step, int64_t firstSample) const;
   static constexpr uint64_t kEvalMaskStream = ~uint64_t{0};  // validation's masks: the same every time
@@ -187,6 +194,7 @@ class PipelineRunner {
   std::unique_ptr<stages::Stage> model_;
   std::unique_ptr<stages::DataSource> data_;
   double evalAccuracy_ = -1;  // a classifier's last validation accuracy (-1: none)
+  double evalBleu_ = -1;      // a translation's last validation BLEU (-1: none)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   CodecPair steady_;
   CodecPair warmup_;

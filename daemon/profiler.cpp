@@ -34,6 +34,8 @@ std::vector<int64_t> profileSizes(int64_t batch) {
 
 at::Tensor PipelineRunner::randomInput(int64_t samples, at::Generator& generator) const {
   const auto shape = source_->inputShape(stage_, samples);
+  // A stage that reads its targets as input too (a decoder) gets real ones.
+  if (isLast() && data_) model_->setTargets(data_->trainBatch(0, 0, static_cast<int>(samples)).targets);
   if (isFirst()) return torch::randint(0, spec_.model.vocabSize, shape, generator, torch::kLong);
   return torch::randn(shape, generator);
 }

@@ -191,6 +191,7 @@ void StageWorker::run() {
           auto eval = simple(protocol::ReportKind::Eval, step);
           eval.loss = *loss;
           eval.accuracy = runner.evalAccuracy();
+          eval.bleu = runner.evalBleu();
           report(std::move(eval));
         }
       }

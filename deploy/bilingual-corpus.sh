@@ -20,21 +20,30 @@ extract() {  # module language
   local module=$1 lang=$2
   [ -s "$out/$lang.tsv" ] && return 0
   # A verse starts at "Book C:V: " (book names may carry I, II, III); poetry continues on
-  # the lines after it.
+  # the lines after it, each kept once a blank line follows or it ends in a space (the WEB
+  # ends a verse so). A line right before the next verse is a heading ("A praise psalm by
+  # David.", which diatheke repeats before every verse from Psalm 145 on): not verse text.
   diatheke -b "$module" -f plain -k "Genesis 1 - Revelation 22" | python3 -c '
 import re, sys
 start = re.compile(r"^\s*((?:I{1,3} )?[A-Z][A-Za-z ]*? [0-9]+:[0-9]+): ?(.*)$")
-ref, text = None, []
+ref, text, pending, open_ = None, [], [], False
 def flush():
     if ref and " ".join(text).split():
         print(ref + "\t" + " ".join(" ".join(text).split()))
-for line in sys.stdin:
-    m = start.match(line.rstrip("\n"))
+for raw in sys.stdin:
+    line = raw.rstrip("\n")
+    m = start.match(line)
     if m:
         flush()
-        ref, text = m.group(1), [m.group(2)]
-    elif ref and not line.startswith("("):
-        text.append(line.strip())
+        ref, text, pending, open_ = m.group(1), [m.group(2)], [], not line.endswith(" ")
+    elif not line.strip() or line.startswith("("):
+        text += pending if open_ else []
+        pending, open_ = [], False
+    elif ref and open_:
+        pending.append(line.strip())
+        if line.endswith(" "):
+            text += pending
+            pending, open_ = [], False
 flush()
 ' > "$out/$lang.tsv.tmp"
   local verses

@@ -40,6 +40,9 @@ struct GptConfig {
   bool causal = true;  // false: a bidirectional encoder (MLM, ELECTRA)
   int outputs = 0;     // the head's outputs per token; 0: vocabulary logits (no bias)
   std::string headName = "head";  // "classifier": a head that init_from of a pretrained model leaves alone
+  bool head = true;     // false: the last stage outputs ln_f of the last block (an encoder's memory)
+  int adapter = 0;      // bottleneck width of an adapter on every sub-layer's output; 0: none
+  bool crossAttention = false;  // a decoder block attends to an encoder's output (translation)
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds

@@ -8,6 +8,7 @@
 #include "scheduler/error.h"
 #include "stages/electra.h"
 #include "stages/torchscript_stage.h"
+#include "stages/translation.h"
 
 namespace skytrain::stages {
 namespace {
@@ -159,6 +160,44 @@ class ElectraSource : public ModelSource {
   ModelConfig c_;
 };
 
+// Translation: stage 0 the encoder, stage 1 the decoder with cross-attention, each with the
+// adapters model.adapter asks for. The memory [b, S, d] crosses between them.
+class TranslationSource : public ModelSource {
+ public:
+  explicit TranslationSource(ModelConfig config) : c_(std::move(config)) {
+    if (c_.stages.size() != 2) {
+      throw Error("a translation model has two stages (the encoder, the decoder), not " + std::to_string(c_.stages.size()));
+    }
+    decoder_ = c_.gpt;
+    if (c_.decoderLayers > 0) decoder_.layers = c_.decoderLayers;
+    decoder_.crossAttention = true;
+    c_.gpt.causal = false;
+    c_.gpt.head = false;
+  }
+
+  std::unique_ptr<Stage> build(int stage) const override {
+    return stage == 0 ? makeTranslationEncoder(c_.gpt, c_.seed) : makeTranslationDecoder(decoder_, c_.seed);
+  }
+  std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
+    if (stage == 0) return {samples, c_.gpt.seqLen};
+    return {samples, c_.gpt.seqLen, c_.gpt.dModel};
+  }
+  double weightBytes(int stage) const override {
+    const GptConfig& g = stage == 0 ? c_.gpt : decoder_;
+    return 4.0 * static_cast<double>(gptParameterCount(g, 0, g.layers));
+  }
+  double stashBytesPerSample(int stage) const override {
+    const GptConfig& g = stage == 0 ? c_.gpt : decoder_;
+    // Cross-attention keeps about as much as self-attention again.
+    return gptStashBytesPerSample(g, 0, g.layers) * (stage == 0 ? 1.0 : 1.5);
+  }
+  std::string namePrefix(int stage) const override { return stage == 0 ? kEncoderPrefix : kDecoderPrefix; }
+
+ private:
+  ModelConfig c_;
+  GptConfig decoder_;
+};
+
 using Factory = std::unique_ptr<ModelSource> (*)(const ModelConfig&);
 
 const std::map<std::string, Factory>& registry() {
@@ -167,6 +206,8 @@ const std::map<std::string, Factory>& registry() {
       {"classifier", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"encoder", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"gpt", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
+      {"translation",
+       [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<TranslationSource>(c); }},
       {"torchscript",
        [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<TorchScriptSource>(c); }},
   };

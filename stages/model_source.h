@@ -28,6 +28,7 @@ struct ModelConfig {
   GptConfig generator;  // ELECTRA: each generator's sizes
   std::string loss = "cross_entropy";  // or "module": the last TorchScript stage's loss()
   int classes = 0;  // classifier: the number of labels
+  int decoderLayers = 0;  // translation: the decoder's blocks (0: as many as the encoder's)
   std::vector<StageSource> stages;
   uint64_t seed = 0;
 };
@@ -48,12 +49,16 @@ class ModelSource {
   // A fan-in: every stage but the last is a producer with its own data and loss, feeding
   // token IDs to the last (no gradient flows back). Otherwise a chain.
   virtual bool fanIn() const { return false; }
+  // What stage i's parameter names start with ("encoder." in a translation model): init_from
+  // also finds a parameter under its name without it (a pretrained trunk's file).
+  virtual std::string namePrefix(int stage) const { return ""; }
 };
 
 // The registry of model kinds: "gpt" (the zoo's decoder), "encoder" (the same blocks,
 // bidirectional, with an MLM head), "classifier" (the encoder with a head over labels,
-// pooled over the sequence), "electra" (generators feeding one discriminator: a fan-in)
-// and "torchscript". Throws
+// pooled over the sequence), "electra" (generators feeding one discriminator: a fan-in),
+// "translation" (an encoder stage and a decoder stage, stages/translation.h) and
+// "torchscript". Throws
 // skytrain::Error listing the valid kinds on an unknown one.
 std::unique_ptr<ModelSource> makeModelSource(const ModelConfig& config);
 std::vector<std::string> modelKinds();

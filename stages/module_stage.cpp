@@ -10,23 +10,48 @@ at::Tensor Stage::loss(const at::Tensor& output, const at::Tensor& targets) {
   return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), targets.reshape({-1}));
 }
 
+at::Tensor Stage::generate(const at::Tensor&, int) { throw Error("this stage does not generate text"); }
+
 ModuleStage::ModuleStage(ModuleHooks hooks) : hooks_(std::move(hooks)) {}
 
 ModuleStage::ModuleStage(std::shared_ptr<torch::nn::Module> module, std::function<at::Tensor(const at::Tensor&)> forward,
-                         std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss) {
+                         std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss)
+    : hooks_(hooksOf(std::move(module))) {
   hooks_.forward = std::move(forward);
   hooks_.loss = std::move(loss);
-  hooks_.train = [module](bool on) { module->train(on); };
-  hooks_.parameters = [module] {
+}
+
+ModuleHooks ModuleStage::hooksOf(std::shared_ptr<torch::nn::Module> module) {
+  ModuleHooks hooks;
+  hooks.train = [module](bool on) { module->train(on); };
+  hooks.parameters = [module] {
     NamedTensors out;
     for (const auto& item : module->named_parameters()) out.emplace_back(item.key(), item.value());
     return out;
   };
-  hooks_.buffers = [module] {
+  hooks.buffers = [module] {
     NamedTensors out;
     for (const auto& item : module->named_buffers()) out.emplace_back(item.key(), item.value());
     return out;
   };
+  return hooks;
+}
+
+void ModuleStage::setTargets(const at::Tensor& targets) {
+  if (hooks_.setTargets) hooks_.setTargets(targets);
+}
+
+at::Tensor ModuleStage::generate(const at::Tensor& input, int maxTokens) {
+  if (!hooks_.generate) return Stage::generate(input, maxTokens);
+  torch::NoGradGuard noGrad;
+  hooks_.train(false);
+  at::Tensor out = hooks_.generate(input, maxTokens);
+  hooks_.train(true);
+  return out;
+}
+
+std::vector<std::string> ModuleStage::adopt(const std::function<at::Tensor(const std::string&)>& find) {
+  return hooks_.adopt ? hooks_.adopt(find) : std::vector<std::string>{};
 }
 
 at::Tensor ModuleStage::forward(int microBatch, const at::Tensor& input) {

@@ -22,6 +22,10 @@ struct ModuleHooks {
   std::function<NamedTensors()> buffers;
   // The last stage's loss of (output, targets); empty: Stage's cross-entropy.
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss;
+  // Optional: Stage's setTargets, generate and adopt (empty: the defaults).
+  std::function<void(const at::Tensor&)> setTargets;
+  std::function<at::Tensor(const at::Tensor&, int)> generate;
+  std::function<std::vector<std::string>(const std::function<at::Tensor(const std::string&)>&)> adopt;
 };
 
 class ModuleStage : public Stage {
@@ -30,6 +34,8 @@ class ModuleStage : public Stage {
   // A torch::nn module, its forward, and optionally its loss.
   ModuleStage(std::shared_ptr<torch::nn::Module> module, std::function<at::Tensor(const at::Tensor&)> forward,
               std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss = {});
+  // The hooks of a torch::nn module: train, parameters and buffers (the rest left empty).
+  static ModuleHooks hooksOf(std::shared_ptr<torch::nn::Module> module);
 
   at::Tensor forward(int microBatch, const at::Tensor& input) override;
   at::Tensor backward(int microBatch, const at::Tensor& gradOutput) override;
@@ -39,6 +45,9 @@ class ModuleStage : public Stage {
   NamedTensors namedParameters() const override { return hooks_.parameters(); }
   NamedTensors stateDict() const override;
   size_t inFlight() const override { return stash_.size(); }
+  void setTargets(const at::Tensor& targets) override;
+  at::Tensor generate(const at::Tensor& input, int maxTokens) override;
+  std::vector<std::string> adopt(const std::function<at::Tensor(const std::string&)>& find) override;
 
  private:
   struct Stashed {

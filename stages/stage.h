@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,17 @@ class Stage {
   virtual NamedTensors stateDict() const = 0;
   // Number of micro-batches whose forward state is held.
   virtual size_t inFlight() const = 0;
+
+  // The targets of the micro-batch the next forward() or infer() runs, for a last stage
+  // that also reads them as input (a translation decoder, teacher-forced); others ignore them.
+  virtual void setTargets(const at::Tensor& targets) {}
+  // Greedy decoding from the input (a decoder stage: the encoder's output), at most
+  // maxTokens tokens a sample; int64 [b, <= maxTokens]. Throws on a stage that cannot.
+  virtual at::Tensor generate(const at::Tensor& input, int maxTokens);
+  // Parameters this stage derives from another model's tensors instead of holding them under
+  // the same names (a split point's factors, from the SVD of the unfactored weight): sets
+  // them from `find` (the tensor of a name, undefined when absent) and returns their names.
+  virtual std::vector<std::string> adopt(const std::function<at::Tensor(const std::string&)>& find) { return {}; }
 };
 
 }  // namespace skytrain::stages

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <set>
 
 #include "scheduler/error.h"
 
@@ -41,7 +42,7 @@ ParameterCounts applyTrainable(Stage& stage, const std::vector<std::string>& pat
   return countParameters(stage);
 }
 
-InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::string& source) {
+InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::string& source, const std::string& prefix) {
   std::map<std::string, const at::Tensor*> byName;
   bool checkpoint = false;
   for (const auto& [name, tensor] : file.tensors) checkpoint = checkpoint || name.rfind("param/", 0) == 0;
@@ -49,11 +50,29 @@ InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::stri
     if (!checkpoint) byName[name] = &tensor;
     else if (name.rfind("param/", 0) == 0) byName[name.substr(6)] = &tensor;
   }
+  // A parameter's tensor: under its own name, or under its name without the stage's prefix.
+  auto lookup = [&](const std::string& name) {
+    auto it = byName.find(name);
+    if (it == byName.end() && !prefix.empty() && name.rfind(prefix, 0) == 0) it = byName.find(name.substr(prefix.size()));
+    return it;
+  };
   InitResult result;
   std::vector<std::string> problems;
   std::vector<std::pair<at::Tensor, const at::Tensor*>> copies;
+  std::set<std::string> adopted;
+  try {
+    for (auto& name : stage.adopt([&](const std::string& n) {
+           const auto it = lookup(n);
+           return it == byName.end() ? at::Tensor() : *it->second;
+         })) {
+      adopted.insert(std::move(name));
+    }
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+  }
   auto consider = [&](const std::string& name, const at::Tensor& target, bool parameter) {
-    const auto it = byName.find(name);
+    if (adopted.count(name)) return;
+    const auto it = lookup(name);
     if (it == byName.end()) {
       if (!parameter) return;  // buffers keep their initial values
       if (target.requires_grad()) result.fromSeed.push_back(name);
@@ -80,7 +99,7 @@ InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::stri
   }
   torch::NoGradGuard noGrad;
   for (auto& [target, value] : copies) target.copy_(value->to(target.scalar_type()));
-  result.loaded = static_cast<int>(copies.size());
+  result.loaded = static_cast<int>(copies.size() + adopted.size());
   return result;
 }
 

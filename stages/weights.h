@@ -26,11 +26,15 @@ ParameterCounts countParameters(const Stage& stage);
 // ignored), converting floating dtypes. Refused, with every mismatch listed: a tensor whose
 // shape differs, a non-floating tensor for a floating parameter, and a frozen parameter the
 // file lacks (it would stay random). A trainable one the file lacks keeps its initial value
-// (a new head, an adapter) and is listed in the result. Throws skytrain::Error.
+// (a new head, an adapter) and is listed in the result. A split point's factors are set
+// from the SVD of the unfactored layer the file holds (Stage::adopt). With a prefix
+// ("encoder."), a parameter is also found under its name without it: a translation model's
+// encoder loads a pretrained encoder's file. Throws skytrain::Error.
 struct InitResult {
   int loaded = 0;
   std::vector<std::string> fromSeed;  // trainable parameters not in the file
 };
-InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::string& source);
+InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::string& source,
+                          const std::string& prefix = "");
 
 }  // namespace skytrain::stages

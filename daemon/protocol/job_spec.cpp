@@ -26,6 +26,25 @@ SplitPointSpec parseSplitPoint(ObjectReader r, const ModelSpec& m) {
   return s;
 }
 
+// init_from: a file or an array of files (safetensors, or a skytrain checkpoint's).
+std::vector<std::string> parseInitFrom(ObjectReader& r) {
+  std::vector<std::string> out;
+  const json* init = r.child("init_from", false);
+  if (!init) return out;
+  const std::string path = r.pathOf("init_from");
+  const json files = init->is_string() ? json::array({*init}) : *init;
+  if (!files.is_array() || files.empty() || files.size() > 256) {
+    throw SpecError(path, "expected a file or an array of 1..256 files, got " + describe(*init));
+  }
+  for (const auto& f : files) {
+    if (!f.is_string() || f.get<std::string>().empty() || f.get<std::string>().size() > 4096) {
+      throw SpecError(path, describe(f) + " is not a file path");
+    }
+    out.push_back(f.get<std::string>());
+  }
+  return out;
+}
+
 ModelSpec parseModel(ObjectReader r) {
   ModelSpec m;
   m.kind = r.string("kind", m.kind);
@@ -51,19 +70,9 @@ ModelSpec parseModel(ObjectReader r) {
     throw SpecError(r.pathOf("heads"), "d_model " + std::to_string(m.dModel) + " is not divisible by heads " +
                                            std::to_string(m.heads));
   }
-  if (const json* init = r.child("init_from", false)) {
-    const std::string path = r.pathOf("init_from");
-    const json files = init->is_string() ? json::array({*init}) : *init;
-    if (!files.is_array() || files.empty() || files.size() > 256) {
-      throw SpecError(path, "expected a file or an array of 1..256 files, got " + describe(*init));
-    }
-    for (const auto& f : files) {
-      if (!f.is_string() || f.get<std::string>().empty() || f.get<std::string>().size() > 4096) {
-        throw SpecError(path, describe(f) + " is not a file path");
-      }
-      m.initFrom.push_back(f.get<std::string>());
-    }
-  }
+  m.initFrom = parseInitFrom(r);
+  m.adapter = static_cast<int>(r.integer("adapter", m.adapter, 0, 1 << 16));
+  if (m.kind == "translation") m.decoderLayers = static_cast<int>(r.integer("decoder_layers", m.layers, 1, 4096));
   m.trainable = r.strings("trainable", std::vector<std::string>{});
   if (m.trainable.size() > 1024) throw SpecError(r.pathOf("trainable"), "more than 1024 patterns");
   for (const auto& pattern : m.trainable) {
@@ -235,10 +244,22 @@ StageSpec parseTorchScriptStage(ObjectReader r, size_t index) {
   return s;
 }
 
+// A translation stage: the whole encoder (stage 0) or the whole decoder (stage 1).
+StageSpec parseTranslationStage(ObjectReader r) {
+  StageSpec s;
+  s.daemon = r.string("daemon", std::nullopt);
+  s.key = r.string("key", "");
+  if (r.has("layers")) throw SpecError(r.pathOf("layers"), "a translation stage holds the whole encoder or decoder");
+  s.initFrom = parseInitFrom(r);
+  r.finish();
+  return s;
+}
+
 StageSpec parseStage(ObjectReader r, int modelLayers) {
   StageSpec s;
   s.daemon = r.string("daemon", std::nullopt);
   s.key = r.string("key", "");
+  s.initFrom = parseInitFrom(r);
   if (r.has("module") || r.has("input_shape")) {
     throw SpecError(r.pathOf(r.has("module") ? "module" : "input_shape"), "is for model.kind \"torchscript\"");
   }
@@ -345,12 +366,17 @@ JobSpec parseJobSpec(const std::string& text) {
       spec.stages.push_back(parseTorchScriptStage(stage, i));
     } else if (spec.model.kind == "electra") {
       spec.stages.push_back(parseElectraStage(stage, i + 1 == stages->size()));
+    } else if (spec.model.kind == "translation") {
+      spec.stages.push_back(parseTranslationStage(stage));
     } else {
       spec.stages.push_back(parseStage(stage, spec.model.layers));
     }
     checkEndpoint(spec.stages.back(), path);
   }
   if (spec.model.kind == "gpt" || spec.model.kind == "encoder" || spec.model.kind == "classifier") checkTiling(spec.stages, spec.model.layers);
+  if (spec.model.kind == "translation" && spec.stages.size() != 2) {
+    throw SpecError("$.stages", "a translation model has two stages: the encoder, then the decoder");
+  }
   if (spec.model.kind == "electra") {
     if (spec.stages.size() < 2) throw SpecError("$.stages", "ELECTRA needs at least one generator and the discriminator");
     if (static_cast<int64_t>(spec.stages.size() - 1) * (spec.microBatches > 0 ? spec.microBatches : spec.batchSize) > 65535) {

@@ -17,6 +17,7 @@ struct StageSpec {
   std::vector<std::string> dataFiles;  // electra producers: this stage's text (else data.files)
   std::string module;  // model.kind "torchscript": the stage's TorchScript file
   std::vector<int64_t> inputShape;  // torchscript, stages after the first: per-sample input
+  std::vector<std::string> initFrom;  // this stage's own starting weights, after model.init_from
 };
 
 // A low-rank split point (stages/gpt.h): the layer of a block factored as U S V with rank r.
@@ -29,7 +30,8 @@ struct SplitPointSpec {
 
 // The model kinds a spec may name (stages/model_source.h has their sources).
 inline const std::vector<std::string>& modelKinds() {
-  static const std::vector<std::string> kinds{"classifier", "electra", "encoder", "gpt", "torchscript"};
+  static const std::vector<std::string> kinds{"classifier", "electra", "encoder", "gpt", "torchscript",
+                                                 "translation"};
   return kinds;
 }
 
@@ -60,6 +62,10 @@ struct ModelSpec {
   std::vector<std::string> initFrom;
   // Shell-glob patterns of the parameters that train; the rest are frozen. Empty: all train.
   std::vector<std::string> trainable;
+  // Bottleneck width of an adapter on every sub-layer's output (zoo blocks); 0: none.
+  int adapter = 0;
+  // translation: the decoder's blocks (model.layers is the encoder's).
+  int decoderLayers = 0;
 };
 
 struct DataSpec {

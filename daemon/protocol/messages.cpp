@@ -79,6 +79,7 @@ StageReport parseReport(ObjectReader& r) {
   if (const json* accuracy = r.child("accuracy", false); accuracy && !accuracy->is_null()) {
     m.accuracy = r.number("accuracy", std::nullopt, 0.0, 1.0);
   }
+  if (const json* bleu = r.child("bleu", false); bleu && !bleu->is_null()) m.bleu = r.number("bleu", std::nullopt, 0.0, 100.0);
   m.stepSeconds = seconds(r, "step_s");
   m.computeSeconds = seconds(r, "compute_s");
   m.bytesSent = r.number("bytes_sent", 0.0, 0.0, 1e18);
@@ -220,6 +221,7 @@ struct ToJson {
     }
     if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
     if (m.kind == ReportKind::Eval && m.accuracy) j["accuracy"] = *m.accuracy;
+    if (m.kind == ReportKind::Eval && m.bleu) j["bleu"] = *m.bleu;
     if (m.kind == ReportKind::Profile) j["profile"] = m.profile;
     if (m.kind == ReportKind::Failed) j["error"] = m.error;
     return j;

@@ -77,6 +77,7 @@ struct StageReport : StageRef {
   int64_t step = 0;
   std::optional<double> loss;  // step (last stage) and eval
   std::optional<double> accuracy;  // eval of a classifier
+  std::optional<double> bleu;      // eval of a translation: corpus BLEU, 0..100
   double stepSeconds = 0, computeSeconds = 0;
   double bytesSent = 0, bytesRaw = 0;
   double checkpointSeconds = 0;  // step: what taking a checkpoint's snapshot cost the stage

@@ -21,25 +21,21 @@ discriminator share one SentencePiece vocabulary trained on both languages
      verses only, then tested on the same held-out verses in English and in Spanish
      (zero-shot cross-lingual transfer).
 """
-import json
 import os
+import random
+import shutil
 import statistics
 import subprocess
 import sys
-import random
-import shutil
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-TESTBED = os.path.join(HERE, "testbed.sh")
+from experiment import ROOT, STATE, plot, smooth, spread, submit, testbed
+
 DATA = os.path.join(ROOT, "build", "data", "bilingual")
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 300
 BATCH = int(sys.argv[2]) if len(sys.argv) > 2 else 16
 SEEDS = int(os.environ.get("SEEDS", "3"))
 STALENESS = int(os.environ.get("STALENESS", "1"))
 PARTS = sys.argv[3] if len(sys.argv) > 3 else "abc"
-STATE = os.environ.get("SKYTRAIN_WAN_STATE", "/tmp/skytrain-wan")
 FINE_TUNE_STEPS = int(os.environ.get("FINE_TUNE_STEPS", "200"))
 # The labelled task: the group of books a verse comes from (books present in both Bibles).
 GROUPS = [("history", "Genesis", "Esther"), ("wisdom", "Job", "Song of Solomon"), ("prophets", "Isaiah", "Malachi"),
@@ -50,24 +46,6 @@ DISCRIMINATOR = {"d_model": 128, "heads": 4, "layers": 4, "d_ff": 512, "seq_len"
 GENERATOR = {"d_model": 64, "heads": 2, "layers": 2, "d_ff": 256}
 SHAPED = "100:20,100:20"
 UNSHAPED = "inf:0,inf:0"
-
-
-def testbed(*args, capture=False):
-    return subprocess.run([TESTBED, *args], check=True, text=True,
-                          stdout=subprocess.PIPE if capture else subprocess.DEVNULL).stdout
-
-
-def submit(spec):
-    """Runs a job spec on the testbed that is up to its end; returns (job id, status)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
-    out = testbed("client", "submit", f.name, capture=True)
-    os.unlink(f.name)
-    job = next(line.split()[2] for line in out.splitlines() if line.startswith("submitted job"))
-    status = json.loads(testbed("client", "status", "--json", job, capture=True))
-    if status["state"] != "succeeded":
-        sys.exit(f"job {spec['name']} failed: {status['error']}")
-    return job, status
 
 
 def run_job(seed, languages=("en", "es"), keep=None):
@@ -112,44 +90,6 @@ def runs(links):
         return [run_job(seed) for seed in range(1, SEEDS + 1)]
     finally:
         testbed("down")
-
-
-def spread(values):
-    return f"{statistics.mean(values):.4f} ({min(values):.4f}–{max(values):.4f})"
-
-
-def smooth(values, window=10):
-    return [statistics.mean(values[max(0, i - window + 1):i + 1]) for i in range(len(values))]
-
-
-def plot(curves, path):
-    """A line chart as SVG: {label: (colour, [y per step])}."""
-    width, height, left, bottom, top, right = 720, 400, 60, 40, 20, 20
-    every = [y for _, ys in curves.values() for y in ys]
-    lo, hi = min(every), max(every)
-    steps = max(len(ys) for _, ys in curves.values())
-    x = lambda i: left + (width - left - right) * i / max(1, steps - 1)
-    y = lambda v: top + (height - top - bottom) * (hi - v) / max(1e-9, hi - lo)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
-             f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="black"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="black"/>']
-    for k in range(5):
-        v = lo + (hi - lo) * k / 4
-        parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3f}</text>')
-        s = int((steps - 1) * k / 4)
-        parts.append(f'<text x="{x(s):.1f}" y="{height - bottom + 16}" text-anchor="middle">{s}</text>')
-    parts.append(f'<text x="{(left + width - right) / 2}" y="{height - 4}" text-anchor="middle">step</text>')
-    parts.append(f'<text x="14" y="{(top + height - bottom) / 2}" transform="rotate(-90 14 {(top + height - bottom) / 2})" '
-                 f'text-anchor="middle">discriminator loss (mean of seeds, 10-step average)</text>')
-    for n, (label, (colour, ys)) in enumerate(curves.items()):
-        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(ys))
-        dash = ' stroke-dasharray="6,4"' if n else ""  # dashed: a curve that coincides stays visible
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dash} points="{points}"/>')
-        parts.append(f'<text x="{width - right - 8}" y="{top + 16 + 16 * n}" text-anchor="end" fill="{colour}">{label}</text>')
-    parts.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(parts) + "\n")
 
 
 def labelled_sets():
@@ -275,7 +215,7 @@ def main():
               f"{spread([last(r['gen_en']) for r in rs])} | {spread([last(r['gen_es']) for r in rs])} |")
     mean_curve = lambda rs: smooth([statistics.mean(c) for c in zip(*(r["disc"] for r in rs))])
     plot({"single cloud": ("#1f77b4", mean_curve(single)), "cross-cloud, 100 Mbit/s, 20 ms": ("#d62728", mean_curve(cross))},
-         PLOT)
+         PLOT, "discriminator loss (mean of seeds, 10-step average)")
     gap = max(abs(a - b) for a, b in zip(mean_curve(single), mean_curve(cross)))
     print(f"\nlargest gap between the two mean curves (10-step averages): {gap:.4f}; plot: `docs/electra-loss.svg`\n")
 

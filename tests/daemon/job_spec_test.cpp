@@ -1,7 +1,10 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <sstream>
 
 #include "daemon/protocol/job_spec.h"
 #include "scheduler/error.h"
@@ -161,7 +164,7 @@ TEST_CASE("torchscript specs: a module per stage, input shapes after the first, 
     CHECK(where == path);
     CHECK(message.find(words) != std::string::npos);
   };
-  refused([](json& j) { j["model"]["kind"] = "bert"; }, "$.model.kind", "valid: classifier, electra, encoder, gpt, torchscript");
+  refused([](json& j) { j["model"]["kind"] = "bert"; }, "$.model.kind", "valid: classifier, electra, encoder, gpt, torchscript, translation");
   refused([](json& j) { j["stages"][1].erase("module"); }, "$.stages[1].module", "missing");
   refused([](json& j) { j["stages"][1].erase("input_shape"); }, "$.stages[1].input_shape", "missing");
   refused([](json& j) { j["stages"][0]["input_shape"] = {16}; }, "$.stages[0].input_shape", "token ids");
@@ -177,4 +180,44 @@ TEST_CASE("torchscript specs: a module per stage, input shapes after the first, 
   gpt = validSpec();
   gpt["model"]["loss"] = "module";
   CHECK(refusal(gpt).second.find("module needs kind torchscript") != std::string::npos);
+}
+
+TEST_CASE("translation specs: two stages, each with its own init_from; adapters and decoder layers") {
+  json s = validSpec();
+  s["model"] = {{"kind", "translation"}, {"vocab_size", 259}, {"seq_len", 16}, {"adapter", 8}, {"decoder_layers", 3},
+                {"trainable", {"*adapter*"}}};
+  s["stages"] = {{{"daemon", "tcp://127.0.0.1:7100"}, {"init_from", "/m/encoder.safetensors"}},
+                 {{"daemon", "tcp://127.0.0.1:7110"}, {"init_from", {"/m/decoder.safetensors"}}}};
+  const auto spec = parseJobSpec(s.dump());
+  CHECK(spec.model.adapter == 8);
+  CHECK(spec.model.decoderLayers == 3);
+  CHECK(spec.stages[0].initFrom == std::vector<std::string>{"/m/encoder.safetensors"});
+  CHECK(spec.stages[1].initFrom == std::vector<std::string>{"/m/decoder.safetensors"});
+
+  json three = s;
+  three["stages"].push_back(three["stages"][1]);
+  CHECK(refusal(three).first == "$.stages");
+  json ranged = s;
+  ranged["stages"][0]["layers"] = {0, 2};
+  CHECK(refusal(ranged).second.find("whole encoder or decoder") != std::string::npos);
+  json badInit = s;
+  badInit["stages"][1]["init_from"] = 7;
+  CHECK(refusal(badInit).first == "$.stages[1].init_from");
+  json badAdapter = s;
+  badAdapter["model"]["adapter"] = -1;
+  CHECK(refusal(badAdapter).first == "$.model.adapter");
+}
+
+TEST_CASE("every job spec in deploy/jobs parses") {
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(SKYTRAIN_SOURCE_DIR) + "/deploy/jobs")) {
+    if (entry.path().extension() != ".json") continue;
+    CAPTURE(entry.path().string());
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    CHECK_NOTHROW(parseJobSpec(text.str()));
+    ++seen;
+  }
+  CHECK(seen >= 4);
 }

@@ -1,0 +1,104 @@
+// The zoo's torch::nn modules: attention, adapters, transformer blocks (whole, with a
+// split point, with cross-attention) and a slice of the stack. Internal to the stages
+// library (it includes Torch): stages/gpt.h and stages/translation.h are the interfaces.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stages/gpt.h"
+
+namespace skytrain::stages::detail {
+
+namespace nn = torch::nn;
+
+// Multi-head attention of queries from x over keys and values from `memory` (self-attention
+// when memory is x): qkv (self) or q + kv (cross) projections, then proj.
+struct Attention : nn::Module {
+  Attention(const GptConfig& c, bool cross);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory);
+
+  int64_t heads;
+  double dropout;
+  bool causal;  // self-attention only: position t sees positions <= t
+  nn::Linear qkv{nullptr}, q{nullptr}, kv{nullptr}, proj{nullptr};
+};
+
+// A bottleneck adapter (Houlsby et al.): h + up(gelu(down(h))), up starting at zero so a
+// pretrained model with adapters inserted computes what it computed without them.
+struct Adapter : nn::Module {
+  Adapter(int64_t width, int64_t bottleneck);
+  torch::Tensor forward(const torch::Tensor& h);
+
+  nn::Linear down{nullptr}, up{nullptr};
+};
+
+// A transformer block, whole or (with a split point) in part. `memory`: what the block's
+// cross-attention attends to (undefined without one).
+struct BlockBase : nn::Module {
+  virtual torch::Tensor forward(torch::Tensor x, const torch::Tensor& memory) = 0;
+};
+
+// Pre-norm block: self-attention, [cross-attention,] MLP, each a residual branch with an
+// optional adapter on its output.
+struct Block : BlockBase {
+  explicit Block(const GptConfig& c);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& memory) override;
+
+  double dropout;
+  nn::LayerNorm ln1{nullptr}, lnCross{nullptr}, ln2{nullptr};
+  std::shared_ptr<Attention> attn, cross;
+  std::shared_ptr<Adapter> adapterAttn, adapterCross, adapterMlp;
+  nn::Linear fc{nullptr}, proj{nullptr};
+};
+
+// The block of a split point: the factored layer's W = U S V, with the front half (the
+// attention sublayer, ln2, [fc, gelu,] V) and/or the back half (S, U[, gelu, proj]).
+// Parameter names match whichever halves a stage holds: fc_v, fc_s, fc_u (or proj_*).
+struct FactoredBlock : BlockBase {
+  FactoredBlock(const GptConfig& c, int index, bool front, bool back);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& memory) override;
+  // Sets V, S, U from the SVD of the unfactored weight W (out x in) and its bias, with
+  // each singular vector's sign fixed (largest entry of U's column positive) so that two
+  // stages factoring the same W agree on their halves.
+  void factor(const torch::Tensor& w, const torch::Tensor& bias);
+  // The unfactored layer's global names: "block<k>.fc" (or proj).
+  std::string layerName() const;
+
+  SplitPoint split;
+  int index;
+  bool front, back;
+  int64_t dModel;
+  double dropout;
+  nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  std::shared_ptr<Attention> attn;
+  nn::Linear fc{nullptr}, proj{nullptr}, v{nullptr}, s{nullptr}, u{nullptr};
+};
+
+// Blocks [first, last) plus the embeddings and/or final norm and head when the range
+// touches an end (the head only when config.head).
+struct GptSlice : nn::Module {
+  GptSlice(const GptConfig& c, int first, int last);
+  // input: token ids [b, t] on the first slice, else [b, t, width]; memory: the encoder's
+  // output for cross-attention.
+  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& memory = {});
+
+  double dropout;
+  nn::Embedding tok{nullptr};
+  torch::Tensor pos;
+  std::vector<std::shared_ptr<BlockBase>> blocks;
+  nn::LayerNorm lnF{nullptr};
+  nn::Linear head{nullptr};
+};
+
+// GPT-2 initialisation of every parameter from (seed, its name within the slice) alone;
+// adapters' up projections and cross-attention's output projection start at zero; a split
+// point's factors come from the SVD of the weight the unfactored layer would draw.
+void initialise(GptSlice& slice, const GptConfig& c, uint64_t seed);
+// Throws skytrain::Error on bad sizes or a bad range.
+void validate(const GptConfig& c, int first, int last);
+
+}  // namespace skytrain::stages::detail
