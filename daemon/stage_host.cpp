@@ -71,8 +71,11 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   a.jobDir = options_.stateDir + "/jobs/" + a.jobId;
   makeDirectories(a.jobDir);
   auto mailbox = router_.open(a.jobKey, static_cast<uint16_t>(a.stage));
-  spdlog::info("job {} stage {}: prepared (layers [{}, {})), estimated {}", a.jobId, a.stage,
-               a.spec.stages[a.stage].firstLayer, a.spec.stages[a.stage].lastLayer, memory.describe());
+  const auto& part = a.spec.stages[a.stage];
+  const std::string what = part.lastLayer > 0 ? "layers [" + std::to_string(part.firstLayer) + ", " +
+                                                    std::to_string(part.lastLayer) + ")"
+                                              : a.spec.model.kind + " stage";
+  spdlog::info("job {} stage {}: prepared ({}), estimated {}", a.jobId, a.stage, what, memory.describe());
   workers_[key] = std::make_unique<StageWorker>(context_, std::move(a), std::move(mailbox));
   return {{"ok", true}, {"data_endpoint", options_.dataEndpoint}};
 }

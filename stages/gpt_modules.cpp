@@ -183,6 +183,11 @@ GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout)
 }
 
 torch::Tensor GptSlice::forward(const torch::Tensor& input, const torch::Tensor& memory) {
+  torch::Tensor x = features(input, memory);
+  return head ? head->forward(x) : x;
+}
+
+torch::Tensor GptSlice::features(const torch::Tensor& input, const torch::Tensor& memory) {
   torch::Tensor x = input;
   if (tok) {
     if (input.scalar_type() != torch::kLong || input.dim() != 2) {
@@ -196,9 +201,7 @@ torch::Tensor GptSlice::forward(const torch::Tensor& input, const torch::Tensor&
     x = torch::dropout(tok->forward(input) + pos.slice(0, 0, input.size(1)), dropout, is_training());
   }
   for (auto& block : blocks) x = block->forward(x, memory);
-  if (lnF) x = lnF->forward(x);
-  if (head) x = head->forward(x);
-  return x;
+  return lnF ? lnF->forward(x) : x;
 }
 
 void initialise(GptSlice& slice, const GptConfig& c, uint64_t seed) {

@@ -85,6 +85,8 @@ struct GptSlice : nn::Module {
   // input: token ids [b, t] on the first slice, else [b, t, width]; memory: the encoder's
   // output for cross-attention.
   torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& memory = {});
+  // forward() without the head: what the head would take (ln_f's output on the last slice).
+  torch::Tensor features(const torch::Tensor& input, const torch::Tensor& memory = {});
 
   double dropout;
   nn::Embedding tok{nullptr};

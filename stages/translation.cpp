@@ -65,7 +65,8 @@ std::unique_ptr<Stage> makeTranslationDecoder(GptConfig config, uint64_t seed) {
     at::Tensor out = torch::full({b, 1}, ids.bos, torch::kLong);
     at::Tensor done = torch::zeros({b}, torch::kBool);
     for (int64_t i = 0; i < steps; ++i) {
-      at::Tensor next = slice->forward(out, memory).select(1, i).argmax(-1);
+      // Only the last position's logits are needed: the head runs on it alone.
+      at::Tensor next = slice->head->forward(slice->features(out, memory).select(1, i)).argmax(-1);
       next = torch::where(done, torch::full_like(next, ids.pad), next);
       out = torch::cat({out, next.unsqueeze(1)}, 1);
       done = done.logical_or(next.eq(ids.eos));

@@ -23,6 +23,7 @@ c. Split-point fine-tuning: the Spanish encoder plus a classifier head (which gr
    the MLP's residual not sent): accuracy against k at r = 8 (the article's Fig. 9), and
    r = 8, 16, 32 at the highest block a cut can follow (Table 3), with the uncut model.
 """
+import concurrent.futures
 import json
 import os
 import random
@@ -69,16 +70,18 @@ def final_checkpoint(job_id, cloud, steps, stage=0):
 
 
 def pretrain():
+    """Both trunks at once, each in its own cloud (a daemon of the testbed uses one core)."""
     testbed("up", UNSHAPED)
     try:
-        rows = []
-        for name, cloud, keep in (("pretrain-en-decoder", 0, DECODER), ("pretrain-es-encoder", 1, ENCODER)):
+        def run(name, cloud, keep):
             spec = job(name)
             spec["steps"] = PRETRAIN_STEPS
             spec["stages"][0]["daemon"] = testbed("control", str(cloud), capture=True).strip()
             job_id, status = submit(spec)
             shutil.copyfile(final_checkpoint(job_id, cloud, PRETRAIN_STEPS), keep)
-            rows.append((name, status["summary"]["validation_loss"], status["summary"]["train_seconds"]))
+            return name, status["summary"]["validation_loss"], status["summary"]["train_seconds"]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            rows = list(pool.map(run, ("pretrain-en-decoder", "pretrain-es-encoder"), (0, 1), (DECODER, ENCODER)))
     finally:
         testbed("down")
     print("### p. Pretrained trunks\n")

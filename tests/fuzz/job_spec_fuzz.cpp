@@ -33,12 +33,16 @@ void checkSpec(const JobSpec& spec) {
       for (int64_t d : spec.stages[i].inputShape) elements *= d;
       FUZZ_REQUIRE(elements >= 1 && elements <= skytrain::protocol::kMaxSampleElements, std::to_string(elements));
     }
+  } else if (kind == "translation") {
+    FUZZ_REQUIRE(spec.stages.size() == 2 && spec.model.decoderLayers >= 1, std::to_string(spec.stages.size()));
+    for (const auto& stage : spec.stages) FUZZ_REQUIRE(stage.initFrom.size() <= 256, "init_from");
   } else {
     FUZZ_REQUIRE(kind == "electra" && spec.stages.size() >= 2 && spec.stages.back().dataFiles.empty(), kind);
     FUZZ_REQUIRE(spec.compression.forward == "tokens" || spec.compression.forward == "tokens+zstd", spec.compression.forward);
   }
   FUZZ_REQUIRE(kind != "classifier" || spec.model.classes.size() >= 2, "a classifier without classes");
   FUZZ_REQUIRE(!spec.data.files.empty(), "no data files");
+  FUZZ_REQUIRE(spec.model.adapter >= 0, std::to_string(spec.model.adapter));
 }
 
 }  // namespace
