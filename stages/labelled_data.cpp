@@ -76,9 +76,8 @@ TokenBatch LabelledDataSource::gather(const std::vector<const Example*>& example
 
 TokenBatch LabelledDataSource::trainBatch(uint64_t step, int firstSample, int count) const {
   std::vector<const Example*> picked;
-  const uint64_t stepKey = splitmix64(options_.seed ^ splitmix64(step));
   for (int j = 0; j < count; ++j) {
-    picked.push_back(&train_[splitmix64(stepKey ^ splitmix64(static_cast<uint64_t>(firstSample + j) + 0x51ed)) % train_.size()]);
+    picked.push_back(&train_[sampleIndex(options_.seed, step, static_cast<uint64_t>(firstSample + j), 0x51ed, train_.size())]);
   }
   return gather(picked);
 }

@@ -86,9 +86,8 @@ TokenBatch ParallelDataSource::gather(const std::vector<const Pair*>& pairs) con
 
 TokenBatch ParallelDataSource::trainBatch(uint64_t step, int firstSample, int count) const {
   std::vector<const Pair*> picked;
-  const uint64_t stepKey = splitmix64(options_.seed ^ splitmix64(step));
   for (int j = 0; j < count; ++j) {
-    picked.push_back(&train_[splitmix64(stepKey ^ splitmix64(static_cast<uint64_t>(firstSample + j) + 0x7a12)) % train_.size()]);
+    picked.push_back(&train_[sampleIndex(options_.seed, step, static_cast<uint64_t>(firstSample + j), 0x7a12, train_.size())]);
   }
   return gather(picked);
 }

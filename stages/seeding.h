@@ -13,4 +13,10 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The example of `size` that training sample `sample` of step `step` reads: drawn from
+// (seed, step, sample) alone; `salt` keeps data sources' draws apart.
+inline uint64_t sampleIndex(uint64_t seed, uint64_t step, uint64_t sample, uint64_t salt, uint64_t size) {
+  return splitmix64(splitmix64(seed ^ splitmix64(step)) ^ splitmix64(sample + salt)) % size;
+}
+
 }  // namespace skytrain::stages
