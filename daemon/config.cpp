@@ -18,6 +18,7 @@ DaemonConfig parseDaemonConfig(const std::string& text) {
   c.advertiseHost = r.string("advertise_host", c.advertiseHost);
   c.advertiseDataEndpoint = r.string("advertise_data_endpoint", c.advertiseDataEndpoint);
   c.stateDir = r.string("state_dir", c.stateDir);
+  c.metricsAddress = r.string("metrics_address", c.metricsAddress);
   c.secretKeyFile = r.string("secret_key_file", "");
   c.authorizedKeys = r.string("authorized_keys", "");
   c.knownDaemons = r.string("known_daemons", "");

@@ -19,6 +19,10 @@ struct DaemonConfig {
   // NAT in front of it: the WAN testbed's delay relays). Empty: derived from the bound one.
   std::string advertiseDataEndpoint;
   std::string stateDir = "/var/lib/skytrain";
+  // Where /metrics is served over plain HTTP ("host:port"; port 0: a free one, written to
+  // the state dir's endpoints.json). It shows job names and figures but accepts no
+  // commands; keep it on loopback or the cluster's private network. Empty: not served.
+  std::string metricsAddress = "127.0.0.1:7102";
   // CURVE identity: this daemon's secret key file (skytrain keygen), the keys it admits
   // ("<public key> <role> <name>" lines, reloaded on SIGHUP) and the public keys of the
   // daemons it connects to ("<control endpoint> <public key>" lines).

@@ -11,6 +11,7 @@
 #include "daemon/data_router.h"
 #include "daemon/files.h"
 #include "daemon/job_table.h"
+#include "daemon/metrics.h"
 #include "daemon/security/zap_handler.h"
 #include "daemon/stage_host.h"
 #include "scheduler/error.h"
@@ -89,19 +90,27 @@ Daemon::Daemon(DaemonConfig config)
   hostOptions.prepareTimeoutS = config_.prepareTimeoutS;
   hostOptions.self = access_->self();
   stages_ = std::make_unique<StageHost>(context_, *router_, std::move(hostOptions));
+  if (!config_.metricsAddress.empty()) metrics_ = std::make_unique<MetricsServer>(config_.metricsAddress, *jobs_, counters_);
   Json endpoints = {{"control", controlEndpoint_}, {"data", dataEndpoint_}, {"pid", ::getpid()}};
+  if (metrics_) endpoints["metrics_port"] = metrics_->port();
   if (!config_.insecure) endpoints["public_key"] = access_->self().publicKey;
   writeFileAtomic(config_.stateDir + "/endpoints.json", endpoints.dump());
   router_->start();
-  spdlog::info("skytraind: control {} data {} state {}{}", controlEndpoint_, dataEndpoint_, config_.stateDir,
+  spdlog::info("skytraind: control {} data {} metrics {} state {}{}", controlEndpoint_, dataEndpoint_,
+               metrics_ ? config_.metricsAddress.substr(0, config_.metricsAddress.rfind(':') + 1) + std::to_string(metrics_->port())
+                        : std::string("off"),
+               config_.stateDir,
                config_.insecure ? " (insecure)" : ", CURVE key " + access_->self().publicKey);
 }
 
 Daemon::~Daemon() {
+  metrics_.reset();       // no scrape reads the table past here
   coordinators_.clear();  // each stops and joins
   stages_.reset();        // aborts and joins hosted stages
   router_->stop();
 }
+
+int Daemon::metricsPort() const { return metrics_ ? metrics_->port() : 0; }
 
 std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
   std::optional<uint64_t> id;

@@ -22,6 +22,7 @@ namespace skytrain::daemon {
 class Coordinator;
 class DataRouter;
 class JobTable;
+class MetricsServer;
 class StageHost;
 class ZapHandler;
 
@@ -51,6 +52,8 @@ class Daemon {
   // Endpoints as peers reach them (wildcard hosts replaced, ephemeral ports resolved).
   const std::string& controlEndpoint() const { return controlEndpoint_; }
   const std::string& dataEndpoint() const { return dataEndpoint_; }
+  // The port /metrics is served on; 0 when it is not.
+  int metricsPort() const;
 
  private:
   protocol::Json handle(const protocol::Request& request, const Caller& caller);
@@ -80,6 +83,7 @@ class Daemon {
   std::unique_ptr<DataRouter> router_;
   std::unique_ptr<JobTable> jobs_;
   std::unique_ptr<StageHost> stages_;
+  std::unique_ptr<MetricsServer> metrics_;
   std::vector<std::string> unfinished_;  // jobs to resume when run() begins
   std::map<std::string, std::unique_ptr<Coordinator>> coordinators_;  // control thread only
   std::atomic<bool> stopping_{false};

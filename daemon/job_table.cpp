@@ -32,6 +32,18 @@ std::optional<JobState> parseState(const std::string& s) {
   return std::nullopt;
 }
 
+// Adds a stage's step report (checked by the protocol's parser) to its totals.
+void addTo(std::vector<StageTotals>& totals, int stage, const Json& report) {
+  if (static_cast<int>(totals.size()) <= stage) totals.resize(stage + 1);
+  StageTotals& t = totals[stage];
+  const double backward = report.value("bytes_backward", 0.0), rawBackward = report.value("raw_backward", 0.0);
+  t.bytesBackward += backward;
+  t.bytesForward += report.value("bytes_sent", 0.0) - backward;
+  t.rawBackward += rawBackward;
+  t.rawForward += report.value("bytes_raw", 0.0) - rawBackward;
+  t.computeSeconds += report.value("compute_s", 0.0);
+}
+
 }  // namespace
 
 std::string toString(JobState state) {
@@ -253,6 +265,7 @@ void JobTable::applyReport(const protocol::StageReport& report) {
       if (confirmed.size() == r.spec.stages.size()) {
         r.confirmations.erase(report.step);
         if (r.checkpoints.empty() || r.checkpoints.back() < report.step) r.checkpoints.push_back(report.step);
+        r.checkpointAt = wallSeconds();
         while (static_cast<int>(r.checkpoints.size()) > r.spec.checkpoint.keep) r.checkpoints.erase(r.checkpoints.begin());
         persist(r);
       }
@@ -286,6 +299,7 @@ void JobTable::completeSteps(Record& r) {
       compute.push_back(entry.second.at("compute_s"));
       losses.push_back(entry.second.value("loss", Json()));
       lead = std::max(lead, entry.second.value("lead", -1));
+      addTo(r.totals, entry.first, entry.second);
     }
     // A fan-in's step trains every producer's batch.
     const double batches = protocol::isFanIn(r.spec) ? static_cast<double>(stages - 1) : 1.0;

@@ -26,6 +26,25 @@ enum class JobState { Preparing, Running, Succeeded, Failed, Cancelled };
 std::string toString(JobState state);
 bool isTerminal(JobState state);
 
+// What one stage sent since the job was created, over every attempt (never decreases).
+struct StageTotals {
+  double bytesForward = 0, bytesBackward = 0;  // on the wire, to the next / previous stage
+  double rawForward = 0, rawBackward = 0;      // the same tensors uncompressed
+  double computeSeconds = 0;
+};
+
+// A job as /metrics shows it (daemon/metrics.h); unset: not measured yet.
+struct JobMetrics {
+  std::string id, name;
+  JobState state = JobState::Preparing;
+  int restarts = 0;
+  std::optional<int64_t> step;  // the last complete step
+  std::optional<double> trainLoss, validationLoss, tokensPerSecond, stepSeconds, predictedStepSeconds;
+  std::optional<double> bubble, predictedBubble, checkpointAgeSeconds;
+  std::vector<StageTotals> stages;
+  std::vector<std::pair<double, double>> links;  // the plan's: bandwidth (bytes/s), round trip (s)
+};
+
 class JobTable {
  public:
   explicit JobTable(std::string stateDir);
@@ -86,6 +105,8 @@ class JobTable {
   void setPlan(const std::string& id, Json plan, int64_t fromStep, const std::string& reason);
   // Step rows [from, end).
   std::vector<Json> steps(const std::string& id, size_t from) const;
+  // Every job's figures for /metrics (job_metrics.cpp).
+  std::vector<JobMetrics> metrics() const;
 
  private:
   struct Record {
@@ -103,6 +124,8 @@ class JobTable {
     int restarts = 0;
     std::optional<std::string> stageFailure;
     std::vector<int64_t> checkpoints;                 // complete, oldest first
+    double checkpointAt = 0;                           // when the newest became complete
+    std::vector<StageTotals> totals;                   // per stage, over every attempt
     std::map<int64_t, std::set<int>> confirmations;  // step -> stages that wrote it
     std::vector<Json> events;
     bool dryRun = false;

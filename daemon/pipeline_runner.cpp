@@ -114,8 +114,10 @@ uint64_t PipelineRunner::bytesSent() const {
 StepStats PipelineRunner::runStep(uint64_t step) {
   const auto start = Clock::now();
   const uint64_t bytesBefore = bytesSent();
+  const uint64_t backwardBefore = previous_ ? previous_->bytesSent() : 0;
   computeSeconds_ = 0;
   bytesRaw_ = 0;
+  rawBackward_ = 0;
   codecs_ = static_cast<int64_t>(step) < spec_.compression.warmupSteps ? &warmup_ : &steady_;
   StepStats stats;
   double lossSum = 0;
@@ -151,6 +153,8 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   stats.computeSeconds = computeSeconds_;
   stats.bytesSent = bytesSent() - bytesBefore;
   stats.bytesRaw = bytesRaw_;
+  stats.bytesBackward = (previous_ ? previous_->bytesSent() : 0) - backwardBefore;
+  stats.rawBackward = rawBackward_;
   stats.stepSeconds = secondsSince(start);
   return stats;
 }
@@ -342,7 +346,9 @@ void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDi
     Timed timed(computeSeconds_);
     frame.tensor = codec.encode(tensor);
   }
-  bytesRaw_ += static_cast<uint64_t>(tensor.numel() * tensor.element_size());
+  const auto raw = static_cast<uint64_t>(tensor.numel() * tensor.element_size());
+  bytesRaw_ += raw;
+  if (compression::travelsUpstream(direction)) rawBackward_ += raw;
   link.send(frame);
 }
 

@@ -50,6 +50,8 @@ struct StepStats {
   double computeSeconds = 0;  // forward, backward, loss, optimizer and codec time
   uint64_t bytesSent = 0;     // frame bytes this stage sent during the step
   uint64_t bytesRaw = 0;      // what the same tensors take uncompressed (float32 etc.)
+  uint64_t bytesBackward = 0;  // the part of bytesSent sent to the previous stage (gradients)
+  uint64_t rawBackward = 0;    // the part of bytesRaw sent to the previous stage
 };
 
 // One codec per direction: codecs keep per-stream state (error feedback).
@@ -214,6 +216,7 @@ class PipelineRunner {
   std::function<bool()> aborted_ = [] { return false; };
   double computeSeconds_ = 0;
   uint64_t bytesRaw_ = 0;
+  uint64_t rawBackward_ = 0;
 };
 
 }  // namespace skytrain::daemon

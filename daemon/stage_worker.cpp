@@ -178,6 +178,8 @@ void StageWorker::run() {
       message.computeSeconds = stats.computeSeconds;
       message.bytesSent = static_cast<double>(stats.bytesSent);
       message.bytesRaw = static_cast<double>(stats.bytesRaw);
+      message.bytesBackward = static_cast<double>(stats.bytesBackward);
+      message.rawBackward = static_cast<double>(stats.rawBackward);
       message.microBatches = runner.microBatches();
       message.checkpointSeconds = checkpointSeconds;
       message.lr = stats.lr;

@@ -9,6 +9,7 @@ packages=(
   libtorch-dev libopenblas0-pthread
   libzmq3-dev cppzmq-dev
   nlohmann-json3-dev libcli11-dev catch2
+  prometheus-cpp-dev prometheus  # /metrics, and a real Prometheus for its test
   libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev libzstd-dev
   diatheke sword-text-web sword-text-sparv  # the English and Spanish Bibles
   systemd iproute2 procps python3

@@ -6,8 +6,9 @@
 #   start_daemon VAR BINARY DIR [CONTROL DATA]   starts the next daemon (key daemon<k>, k
 #       counting calls) with its state in DIR (default endpoints: ephemeral loopback ports)
 #       and data_roots $data_root, waits until it serves, records its endpoint and public
-#       key in known_daemons, appends its pid to $daemon_pids and sets VAR to its control
-#       endpoint; exits 1 with its log if it does not start. (No $(...): a subshell would
+#       key in known_daemons, appends its pid to $daemon_pids, sets VAR to its control
+#       endpoint and VAR_METRICS to its /metrics address (host:port, a free loopback port);
+#       exits 1 with its log if it does not start. (No $(...): a subshell would
 #       lose the pid.)
 #   start_demo_pair WORK   from the repository root: the demo corpus (build/data), keys, and
 #       two daemons whose control endpoints it puts in $A and $B; sets $corpus
@@ -45,14 +46,14 @@ start_daemon() {
   if [ "${insecure_daemons:-0}" = 1 ]; then
     cat > "$dir/config.json" <<JSON
 {"control_endpoint": "$control", "data_endpoint": "$data", "insecure": true, "data_roots": ["$data_root"],
- "state_dir": "$dir", "torch_threads": 1}
+ "state_dir": "$dir", "torch_threads": 1, "metrics_address": "127.0.0.1:0"}
 JSON
   else
     cat > "$dir/config.json" <<JSON
 {"control_endpoint": "$control", "data_endpoint": "$data",
  "secret_key_file": "$key_dir/daemon$daemons_started.key", "authorized_keys": "$key_dir/authorized_keys",
  "known_daemons": "$key_dir/known_daemons", "data_roots": ["$data_root"],
- "state_dir": "$dir", "torch_threads": 1}
+ "state_dir": "$dir", "torch_threads": 1, "metrics_address": "127.0.0.1:0"}
 JSON
   fi
   daemons_started=$((daemons_started + 1))
@@ -68,6 +69,8 @@ JSON
   line=$(python3 -c "import json, sys; e = json.load(open(sys.argv[1])); print(e['control'], e.get('public_key', ''))" "$dir/endpoints.json")
   [ "${insecure_daemons:-0}" = 1 ] || echo "$line" >> "$key_dir/known_daemons"
   printf -v "$var" '%s' "${line%% *}"
+  printf -v "${var}_METRICS" '127.0.0.1:%s' \
+    "$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['metrics_port'])" "$dir/endpoints.json")"
 }
 
 start_demo_pair() {

@@ -84,6 +84,8 @@ StageReport parseReport(ObjectReader& r) {
   m.computeSeconds = seconds(r, "compute_s");
   m.bytesSent = r.number("bytes_sent", 0.0, 0.0, 1e18);
   m.bytesRaw = r.number("bytes_raw", 0.0, 0.0, 1e18);
+  m.bytesBackward = r.number("bytes_backward", 0.0, 0.0, m.bytesSent);
+  m.rawBackward = r.number("raw_backward", 0.0, 0.0, m.bytesRaw);
   m.microBatches = static_cast<int>(r.integer("micro_batches", 0, 0, kBig));
   m.checkpointSeconds = seconds(r, "checkpoint_s");
   m.lr = r.number("lr", 0.0, 0.0, 10.0);
@@ -215,6 +217,7 @@ struct ToJson {
     if (m.kind == ReportKind::Step) {
       j.update({{"loss", m.loss ? json(*m.loss) : json(nullptr)}, {"step_s", m.stepSeconds},
                 {"compute_s", m.computeSeconds}, {"bytes_sent", m.bytesSent}, {"bytes_raw", m.bytesRaw},
+                {"bytes_backward", m.bytesBackward}, {"raw_backward", m.rawBackward},
                 {"micro_batches", m.microBatches}, {"checkpoint_s", m.checkpointSeconds}, {"lr", m.lr},
                 {"skipped", m.skipped}});
       if (m.lead >= 0) j["lead"] = m.lead;

@@ -80,6 +80,7 @@ struct StageReport : StageRef {
   std::optional<double> bleu;      // eval of a translation: corpus BLEU, 0..100
   double stepSeconds = 0, computeSeconds = 0;
   double bytesSent = 0, bytesRaw = 0;
+  double bytesBackward = 0, rawBackward = 0;  // the part of each sent towards the previous stage
   double checkpointSeconds = 0;  // step: what taking a checkpoint's snapshot cost the stage
   double lr = 0;                 // step: the learning rate it used
   bool skipped = false;          // step: not applied (a non-finite gradient, on_nonfinite "skip")

@@ -49,6 +49,7 @@ TestDaemon::TestDaemon(const std::string& name, TestDaemonOptions options) {
   daemon::DaemonConfig config;
   config.controlEndpoint = "tcp://127.0.0.1:*";
   config.dataEndpoint = "tcp://127.0.0.1:*";
+  config.metricsAddress = "127.0.0.1:0";
   config.stateDir = dir_.string();
   config.dataRoots = options.dataRoots;
   config.prepareTimeoutS = options.prepareTimeoutS;
