@@ -36,12 +36,7 @@ std::vector<JobMetrics> JobTable::metrics() const {
       m.trainLoss = number(last, "loss");
       m.tokensPerSecond = number(last, "tokens_per_s");
       m.stepSeconds = number(last, "step_s");
-      double compute = 0;
-      const Json& perStage = last.value("compute_s", Json::array());
-      for (const auto& c : perStage) compute += c.is_number() ? c.get<double>() : 0.0;
-      if (m.stepSeconds && *m.stepSeconds > 0 && !perStage.empty()) {
-        m.bubble = 1.0 - compute / (static_cast<double>(perStage.size()) * *m.stepSeconds);
-      }
+      if (m.stepSeconds && *m.stepSeconds > 0) m.bubble = stepBubble(last);
     }
     if (!r.evals.empty()) m.validationLoss = number(r.evals.back(), "loss");
     if (!r.plans.empty()) {

@@ -6,6 +6,15 @@
 
 namespace skytrain::daemon {
 
+double stepBubble(const Json& row) {
+  const double seconds = row.value("step_s", 0.0);
+  const Json& perStage = row.value("compute_s", Json::array());
+  if (!(seconds > 0) || !perStage.is_array() || perStage.empty()) return 0;
+  double compute = 0;
+  for (const auto& c : perStage) compute += c.is_number() ? c.get<double>() : 0.0;
+  return 1.0 - compute / (static_cast<double>(perStage.size()) * seconds);
+}
+
 Json JobTable::summary(const Record& r) const {
   Json s = Json::object();
   if (r.steps.empty()) return s;
@@ -36,21 +45,19 @@ Json JobTable::summary(const Record& r) const {
   if (!r.plans.empty()) {
     const Json& plan = r.plans.back();
     const int64_t from = plan["from_step"].get<int64_t>() + 1;
-    double measured = 0, busy = 0;
+    double measured = 0, idle = 0;
     int counted = 0;
     for (const auto& step : r.steps) {
       if (step["step"].get<int64_t>() < from) continue;
       measured += step["step_s"].get<double>();
-      double compute = 0;
-      for (const auto& c : step["compute_s"]) compute += c.get<double>();
-      busy += compute / (step["compute_s"].size() * step["step_s"].get<double>());
+      idle += stepBubble(step);
       ++counted;
     }
     s["predicted_step_s"] = plan["step_s"];
     s["predicted_bubble"] = plan["bubble"];
     if (counted > 0) {
       s["measured_step_s"] = measured / counted;
-      s["measured_bubble"] = 1.0 - busy / counted;
+      s["measured_bubble"] = idle / counted;
       s["measured_steps"] = counted;
     }
   }

@@ -25,8 +25,7 @@ std::string newJobId() {
 }
 
 std::optional<JobState> parseState(const std::string& s) {
-  for (auto state : {JobState::Preparing, JobState::Running, JobState::Succeeded, JobState::Failed,
-                     JobState::Cancelled}) {
+  for (auto state : kJobStates) {
     if (toString(state) == s) return state;
   }
   return std::nullopt;

@@ -23,6 +23,8 @@ namespace skytrain::daemon {
 using Json = nlohmann::json;
 
 enum class JobState { Preparing, Running, Succeeded, Failed, Cancelled };
+inline constexpr JobState kJobStates[] = {JobState::Preparing, JobState::Running, JobState::Succeeded,
+                                          JobState::Failed, JobState::Cancelled};
 std::string toString(JobState state);
 bool isTerminal(JobState state);
 
@@ -32,6 +34,10 @@ struct StageTotals {
   double rawForward = 0, rawBackward = 0;      // the same tensors uncompressed
   double computeSeconds = 0;
 };
+
+// The idle share of the stages in one step row: 1 - mean(compute_s) / step_s (0 when the
+// row has no step time).
+double stepBubble(const Json& row);
 
 // A job as /metrics shows it (daemon/metrics.h); unset: not measured yet.
 struct JobMetrics {

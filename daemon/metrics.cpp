@@ -114,10 +114,7 @@ class Collector : public prometheus::Collectable {
     try {
       const auto jobs = jobs_.metrics();
       std::map<JobState, int> byState;
-      for (auto state : {JobState::Preparing, JobState::Running, JobState::Succeeded, JobState::Failed,
-                         JobState::Cancelled}) {
-        byState[state] = 0;
-      }
+      for (auto state : kJobStates) byState[state] = 0;
       for (const auto& job : jobs) ++byState[job.state];
       for (const auto& [state, count] : byState) {
         f.add("skytrain_jobs", MetricType::Gauge, "Jobs this daemon coordinates, by state.", {{"state", toString(state)}},
