@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "client/format.h"
+#include "client/job_printer.h"
 #include "daemon/protocol/control.h"
 #include "scheduler/error.h"
 
@@ -42,12 +43,13 @@ int guarded(Fn&& fn) {
   return kRefused;
 }
 
-// Streams a job's plans, steps and events from step `shown` until it ends. A daemon that
-// stops answering (restarting under systemd) is waited for up to options.reattach, then
-// followed again from where the stream stopped.
+// Streams a job's plans, steps, evals and events from step `shown` until it ends. A daemon
+// that stops answering (restarting under systemd) is waited for up to options.reattach,
+// then followed again from where the stream stopped.
 int streamUntilDone(protocol::ControlClient& client, const ClientOptions& options, const std::string& job,
                     size_t shown = 0) {
-  size_t plansShown = 0, eventsShown = 0;
+  JobPrinter printer(std::cout, outputModeFor(options.json, STDOUT_FILENO));
+  size_t plansShown = 0, eventsShown = 0, evalsShown = 0;
   auto lostSince = std::chrono::steady_clock::now();
   bool lost = false;
   while (true) {
@@ -67,18 +69,17 @@ int streamUntilDone(protocol::ControlClient& client, const ClientOptions& option
       continue;
     }
     const Json& status = reply["job"];
-    for (; plansShown < status["plans"].size(); ++plansShown) {
-      const Json& plan = status["plans"][plansShown];
-      std::cout << (plansShown == 0 ? "plan:\n" : "new plan:\n") << formatPlan(plan);
-    }
-    for (; eventsShown < status["events"].size(); ++eventsShown) std::cout << formatEvent(status["events"][eventsShown]) << "\n";
-    for (const auto& step : status["steps"]) std::cout << formatStep(step, status["steps_total"]) << "\n";
+    for (; plansShown < status["plans"].size(); ++plansShown) printer.plan(status["plans"][plansShown], plansShown == 0);
+    for (; eventsShown < status["events"].size(); ++eventsShown) printer.event(status["events"][eventsShown]);
+    for (const auto& step : status["steps"]) printer.step(step, status["steps_total"]);
+    // A restart drops the evals after its checkpoint: show only those past what was shown.
+    evalsShown = std::min(evalsShown, status["evals"].size());
+    for (; evalsShown < status["evals"].size(); ++evalsShown) printer.eval(status["evals"][evalsShown]);
     // Steps after a restart's checkpoint are run again: follow the table as it is now.
     shown = std::min<size_t>(shown, status["steps_done"].get<size_t>()) + status["steps"].size();
-    std::cout.flush();
     const std::string state = status["state"];
     if (state == "succeeded" || state == "failed" || state == "cancelled") {
-      std::cout << formatSummary(status);
+      printer.summary(status);
       return state == "succeeded" ? 0 : kFailed;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -226,8 +227,12 @@ int logs(const ClientOptions& options, const std::string& job, bool follow) {
     protocol::ControlClient client(context, options.daemon, options.security);
     if (follow) return streamUntilDone(client, options, job);
     const Json status = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", 0}}, options.timeout)["job"];
-    for (const auto& event : status["events"]) std::cout << formatEvent(event) << "\n";
-    for (const auto& step : status["steps"]) std::cout << formatStep(step, status["steps_total"]) << "\n";
+    // What happened so far, as lines (never a bar: nothing is followed).
+    JobPrinter printer(std::cout, options.json ? OutputMode::Json : OutputMode::Lines);
+    for (size_t i = 0; i < status["plans"].size(); ++i) printer.plan(status["plans"][i], i == 0);
+    for (const auto& event : status["events"]) printer.event(event);
+    for (const auto& step : status["steps"]) printer.step(step, status["steps_total"]);
+    for (const auto& eval : status["evals"]) printer.eval(eval);
     return 0;
   });
 }

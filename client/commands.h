@@ -14,6 +14,7 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{5000};       // per request
   std::chrono::seconds reattach{300};            // how long a waiting command waits for a silent daemon
   protocol::ClientSecurity security;             // from resolveSecurity
+  bool json = false;                             // --json: JSON lines instead of text
 };
 
 // Where the CLI's identity comes from: flags, else the environment, else ~/.config/skytrain.

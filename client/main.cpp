@@ -5,9 +5,11 @@
 #include <iostream>
 
 #include "client/commands.h"
+#include "client/export.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"skytrain: submit and manage training jobs on skytraind daemons"};
+  app.set_version_flag("--version", std::string("skytrain ") + SKYTRAIN_VERSION);
   app.require_subcommand(1);
   skytrain::client::ClientOptions options;
   if (const char* env = std::getenv("SKYTRAIN_DAEMON")) options.daemon = env;
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   auto* submit = app.add_subcommand("submit", "submit a job spec; streams progress until it ends");
   submit->add_option("spec", spec, "job spec (JSON file)")->required();
   submit->add_flag("--detach", detach, "return once the job is accepted");
+  submit->add_flag("--json", options.json, "progress as JSON lines (plan, event, step, eval, summary)");
   auto* status = app.add_subcommand("status", "show a job's state and metrics");
   status->add_option("job", job, "job id")->required();
   status->add_flag("--json", json, "print the full status as JSON");
@@ -39,6 +42,27 @@ int main(int argc, char** argv) {
   auto* logs = app.add_subcommand("logs", "print a job's steps and events; -f follows it to the end");
   logs->add_option("job", job, "job id")->required();
   logs->add_flag("-f,--follow", follow, "stream until the job ends (re-attaches after a daemon restart)");
+  logs->add_flag("--json", options.json, "JSON lines, each with \"type\": plan, event, step, eval (and summary with -f)");
+  std::vector<std::string> jobs;
+  std::string out, axis = "step";
+  auto* plot = app.add_subcommand("plot", "draw jobs' loss, throughput and bytes per step as one SVG");
+  plot->add_option("jobs", jobs, "job ids (several: compared on the same axes)")->required();
+  plot->add_option("-o,--output", out, "the SVG file to write")->required();
+  plot->add_option("--x", axis, "horizontal axis: step or time (wall-clock seconds)")
+      ->check(CLI::IsMember({"step", "time"}))
+      ->capture_default_str();
+  bool probeJson = false;
+  size_t probeBytes = 1 << 20;
+  auto* probe = app.add_subcommand("probe", "measure bandwidth, round trip and per-message overhead to a daemon's data port");
+  probe->add_option("endpoint", options.daemon, "the daemon's control endpoint (default: --daemon)");
+  probe->add_flag("--json", probeJson, "print the figures as JSON");
+  probe->add_option("--bytes", probeBytes, "the large probe frame's payload")->capture_default_str()->check(CLI::Range(4096, 1 << 28));
+  int64_t exportStep = -1;
+  auto* exportCmd = app.add_subcommand("export", "write a job's weights, merged from every stage, as one safetensors file");
+  exportCmd->add_option("job", job, "job id")->required();
+  exportCmd->add_option("-o,--output", out, "the .safetensors file to write")->required();
+  exportCmd->add_option("--step", exportStep, "a complete checkpoint's step instead of the final weights")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   auto* resume = app.add_subcommand("resume", "restart a failed or cancelled job from its last complete checkpoint");
   resume->add_option("job", job, "job id")->required();
   resume->add_flag("--detach", detach, "return once the job is resumed");
@@ -64,5 +88,12 @@ int main(int argc, char** argv) {
   if (*cancel) return client::cancel(options, job);
   if (*logs) return client::logs(options, job, follow);
   if (*resume) return client::resume(options, job, detach);
+  if (*plot) {
+    client::PlotOptions plotOptions;
+    plotOptions.x = axis == "time" ? client::PlotAxis::WallClock : client::PlotAxis::Step;
+    return client::plot(options, jobs, out, plotOptions);
+  }
+  if (*probe) return client::probe(options, probeJson, probeBytes);
+  if (*exportCmd) return client::exportWeights(options, job, out, exportStep);
   return 2;
 }

@@ -48,6 +48,11 @@ enum class FrameDirection : uint8_t {
   Ack = 7,         // a fan-in's consumer finished this step, consumer -> each producer
 };
 
+// Job key 0 is no job's: a Probe frame for it is answered at once by the receiving daemon's
+// data thread with a one-float ProbeReply (same step and micro-batch), so that `skytrain
+// probe` measures a link through the data port as the planner does.
+constexpr uint64_t kLinkProbeJob = 0;
+
 // Frames that travel upstream (s+1 -> s) arrive in the receiver's from-next queue.
 inline bool travelsUpstream(FrameDirection d) {
   return d == FrameDirection::Backward || d == FrameDirection::ProbeReply || d == FrameDirection::NormUp ||

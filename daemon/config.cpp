@@ -26,12 +26,16 @@ DaemonConfig parseDaemonConfig(const std::string& text) {
   c.dataRoots = r.strings("data_roots", std::vector<std::string>{});
   c.torchThreads = static_cast<int>(r.integer("torch_threads", c.torchThreads, 0, 1024));
   c.logLevel = r.string("log_level", c.logLevel);
+  c.logFormat = r.string("log_format", c.logFormat);
   c.memoryBudgetMb = r.integer("memory_budget_mb", c.memoryBudgetMb, 0, int64_t{1} << 40);
   c.prepareTimeoutS = r.number("prepare_timeout_s", c.prepareTimeoutS, 0.1, 86400);
   c.maxFrameMb = r.integer("max_frame_mb", c.maxFrameMb, 1, 1 << 20);
   r.finish();
   if (c.logLevel != "debug" && c.logLevel != "info" && c.logLevel != "warn" && c.logLevel != "error") {
     throw SpecError("$.log_level", "\"" + c.logLevel + "\" is not one of debug, info, warn, error");
+  }
+  if (c.logFormat != "text" && c.logFormat != "json") {
+    throw SpecError("$.log_format", "\"" + c.logFormat + "\" is not one of text, json");
   }
   if (c.stateDir.empty()) throw SpecError("$.state_dir", "must not be empty");
   if (c.dataRoots.empty()) c.dataRoots = {c.stateDir + "/data"};

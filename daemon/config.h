@@ -43,6 +43,8 @@ struct DaemonConfig {
   // Largest data frame accepted (ZeroMQ drops bigger messages and their connection).
   int64_t maxFrameMb = 1024;
   std::string logLevel = "info";
+  // "text" for people, "json" (one object a line) for log shippers.
+  std::string logFormat = "text";
 };
 
 // Throws skytrain::SpecError naming the JSON path of a bad or unknown field.

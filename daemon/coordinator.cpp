@@ -61,6 +61,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.stage = i;
       prepare.spec = specText_;
       prepare.coordinator = options_.selfControl;
+      prepare.owner = table_.owner(jobId_).first;
       prepare.attempt = attempt;
       prepare.resumeStep = fromStep;
       const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);

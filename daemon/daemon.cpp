@@ -14,6 +14,7 @@
 #include "daemon/metrics.h"
 #include "daemon/security/zap_handler.h"
 #include "daemon/stage_host.h"
+#include "daemon/weight_export.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -254,6 +255,7 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
   }
   if (const auto* m = std::get_if<Cancel>(&request)) return cancel(*m, caller);
   if (const auto* m = std::get_if<Resume>(&request)) return resume(*m, caller);
+  if (const auto* m = std::get_if<ExportRead>(&request)) return readExportChunk(config_.stateDir, *m, caller);
   throw Error("unhandled request type \"" + typeName(request) + "\"");
 }
 

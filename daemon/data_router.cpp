@@ -73,17 +73,41 @@ void DataRouter::run() {
       spdlog::warn("data: dropped a message of {} parts (expected a header and a payload)", parts.size() - 1);
       continue;
     }
-    route(parts[1], parts[2]);
+    route(parts[0], parts[1], parts[2]);
   }
 }
 
-void DataRouter::route(zmq::message_t& header, zmq::message_t& payload) {
+void DataRouter::echoProbe(zmq::message_t& routingId, const compression::TensorFrame& probe) {
+  compression::TensorFrame reply;
+  reply.job = probe.job;
+  reply.step = probe.step;
+  reply.microBatch = probe.microBatch;
+  reply.direction = FrameDirection::ProbeReply;
+  reply.tensor = {"none", compression::WireDType::Float32, {1}, std::string(4, '\0')};
+  const std::string header = compression::encodeFrameHeader(reply);
+  // A prober that does not read its replies fills its queue; then its probes go unanswered.
+  if (!socket_.send(routingId, zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+      !socket_.send(zmq::buffer(header), zmq::send_flags::sndmore) ||
+      !socket_.send(zmq::buffer(reply.tensor.payload), zmq::send_flags::none)) {
+    spdlog::debug("data: a link probe's reply would block; not answered");
+  }
+}
+
+void DataRouter::route(zmq::message_t& routingId, zmq::message_t& header, zmq::message_t& payload) {
   const std::string sender = userIdOf(header);
   compression::TensorFrame frame;
   try {
     frame = compression::decodeFrame(header.data(), header.size(), payload.to_string());
   } catch (const WireError& e) {
     drop(std::string("a malformed frame: ") + e.what());
+    return;
+  }
+  if (frame.job == compression::kLinkProbeJob) {
+    if (frame.direction == FrameDirection::Probe) {
+      echoProbe(routingId, frame);
+    } else {
+      drop("a " + compression::toString(frame.direction) + " frame for the link-probe job");
+    }
     return;
   }
   const bool upstream = compression::travelsUpstream(frame.direction);

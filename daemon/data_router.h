@@ -44,7 +44,9 @@ class DataRouter {
 
  private:
   void run();
-  void route(zmq::message_t& header, zmq::message_t& payload);
+  void route(zmq::message_t& routingId, zmq::message_t& header, zmq::message_t& payload);
+  // Answers a link probe (compression::kLinkProbeJob) from any admitted key.
+  void echoProbe(zmq::message_t& routingId, const compression::TensorFrame& probe);
   void drop(const std::string& why);
 
   struct Route {

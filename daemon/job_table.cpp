@@ -202,6 +202,13 @@ Json JobTable::status(const std::string& id, size_t sinceStep) const {
   job["summary"] = summary(r);
   job["plans"] = r.plans;
   job["events"] = r.events;
+  // Where each stage's weights are, for `skytrain export` (the keys are those this daemon
+  // trusts for them).
+  job["stage_daemons"] = Json::array();
+  for (size_t i = 0; i < r.spec.stages.size(); ++i) {
+    job["stage_daemons"].push_back({{"endpoint", r.spec.stages[i].daemon},
+                                    {"key", i < r.stageKeys.size() ? r.stageKeys[i] : std::string()}});
+  }
   return job;
 }
 
@@ -244,7 +251,7 @@ void JobTable::applyReport(const protocol::StageReport& report) {
       completeSteps(r);
       break;
     case ReportKind::Eval:
-      r.evals.push_back({{"step", report.step}, {"loss", *report.loss}});
+      r.evals.push_back({{"step", report.step}, {"loss", *report.loss}, {"time", wallSeconds()}});
       if (report.accuracy) r.evals.back()["accuracy"] = *report.accuracy;
       if (report.bleu) r.evals.back()["bleu"] = *report.bleu;
       persist(r);
@@ -313,7 +320,8 @@ void JobTable::completeSteps(Record& r) {
                 {"checkpoint_s", checkpoint},
                 {"lr", reports.begin()->second.value("lr", 0.0)},
                 {"skipped", skipped},
-                {"compute_s", compute}};
+                {"compute_s", compute},
+                {"time", wallSeconds()}};  // when the step completed (plots against wall-clock)
     if (protocol::isFanIn(r.spec)) {
       row["stage_losses"] = losses;  // each generator's masked-token loss, then the discriminator's
       row["lead"] = lead;            // how far the furthest producer ran ahead of the consumer

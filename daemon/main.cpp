@@ -11,6 +11,7 @@
 #include "daemon/blas_info.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/logging.h"
 
 namespace {
 skytrain::daemon::Daemon* gDaemon = nullptr;
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   CLI::App app{"skytraind: the skytrain daemon (one per cluster)"};
   std::string configPath = "/etc/skytrain/skytraind.json";
   app.add_option("-c,--config", configPath, "daemon config file (JSON)");
+  app.set_version_flag("--version", std::string("skytraind ") + SKYTRAIN_VERSION);
   CLI11_PARSE(app, argc, argv);
   // Frames of tens of MB are allocated and freed every micro-batch; past glibc's 32 MB mmap
   // ceiling each would be a fresh mapping, zero-filled page by page (~1 GB/s). Keep them
@@ -36,7 +38,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   try {
     const auto config = skytrain::daemon::loadDaemonConfig(configPath);
-    spdlog::set_level(spdlog::level::from_str(config.logLevel));
+    skytrain::daemon::setupLogging(config.logLevel, config.logFormat);
     if (config.torchThreads > 0) {
       torch::set_num_threads(config.torchThreads);
       if (!skytrain::daemon::setBlasThreads(config.torchThreads)) spdlog::info("BLAS threads: not OpenBLAS, left as they are");

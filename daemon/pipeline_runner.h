@@ -120,6 +120,8 @@ class PipelineRunner {
   const stages::Stage& stage() const { return *model_; }
   // The stage's parameters as a pickled {name: tensor} dict (torch.load reads it).
   std::string serializedState() const;
+  // The stage's parameters with global names (the final weights' safetensors file).
+  stages::SafeTensors weights() const;
 
  private:
   void forward(uint64_t step, int microBatch, double& lossSum);

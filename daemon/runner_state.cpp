@@ -57,6 +57,13 @@ StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) c
   return s;
 }
 
+stages::SafeTensors PipelineRunner::weights() const {
+  stages::SafeTensors out;
+  for (const auto& [name, tensor] : model_->stateDict()) out.tensors.emplace_back(name, tensor.detach().contiguous());
+  out.metadata = {{"format", "pt"}, {"skytrain_stage", std::to_string(stage_)}};
+  return out;
+}
+
 void PipelineRunner::restore(const StageSnapshot& snapshot) {
   const auto& meta = snapshot.meta;
   const std::string where = "checkpoint of step " + std::to_string(meta.value("step", int64_t{-1})) + " stage " +

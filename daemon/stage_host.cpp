@@ -4,6 +4,7 @@
 
 #include "daemon/admission.h"
 #include "daemon/files.h"
+#include "daemon/weight_export.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -70,6 +71,7 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   a.memoryBudgetBytes = options_.memoryBudgetBytes - memory.fixedBytes();
   a.jobDir = options_.stateDir + "/jobs/" + a.jobId;
   makeDirectories(a.jobDir);
+  recordStageOwner(a.jobDir, a.stage, caller, request.owner);
   auto mailbox = router_.open(a.jobKey, static_cast<uint16_t>(a.stage));
   const auto& part = a.spec.stages[a.stage];
   const std::string what = part.lastLayer > 0 ? "layers [" + std::to_string(part.firstLayer) + ", " +

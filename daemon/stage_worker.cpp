@@ -9,6 +9,7 @@
 #include "daemon/pipeline_runner.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/messages.h"
+#include "daemon/weight_export.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -201,6 +202,7 @@ void StageWorker::run() {
     writer.drain();
     confirmCheckpoints(writer);
     writeFileAtomic(a.jobDir + "/stage-" + std::to_string(a.stage) + ".pt", runner.serializedState());
+    writeFileAtomic(finalWeightsPath(a.jobDir, a.stage), stages::encodeSafetensors(runner.weights()));
     report(simple(protocol::ReportKind::Done, steps));
     spdlog::info("job {} stage {}: done", a.jobId, a.stage);
   } catch (const Aborted&) {

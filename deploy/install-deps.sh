@@ -13,7 +13,9 @@ packages=(
   libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev libzstd-dev
   diatheke sword-text-web sword-text-sparv  # the English and Spanish Bibles
   systemd iproute2 procps python3
+  dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps for the package's Depends, file to find ELF files
   python3-torch  # tests and the example: TorchScript models exported from Python
+  python3-zmq  # operations_test: a hostile client speaking the control protocol itself
   "$@"
 )
 

@@ -14,7 +14,8 @@
 #       two daemons whose control endpoints it puts in $A and $B; sets $corpus
 #   stop_daemons                             stops every daemon started so far
 # With insecure_daemons=1 the daemons run without keys (plaintext; loopback only), for
-# benchmarks that compare the two.
+# benchmarks that compare the two. $daemon_config_extra (', "key": value, ...') is added
+# to a keyed daemon's config.
 daemon_pids=()
 key_dir=
 data_root=${data_root:-/}
@@ -53,7 +54,7 @@ JSON
 {"control_endpoint": "$control", "data_endpoint": "$data",
  "secret_key_file": "$key_dir/daemon$daemons_started.key", "authorized_keys": "$key_dir/authorized_keys",
  "known_daemons": "$key_dir/known_daemons", "data_roots": ["$data_root"],
- "state_dir": "$dir", "torch_threads": 1, "metrics_address": "127.0.0.1:0"}
+ "state_dir": "$dir", "torch_threads": 1, "metrics_address": "127.0.0.1:0"${daemon_config_extra:-}}
 JSON
   fi
   daemons_started=$((daemons_started + 1))

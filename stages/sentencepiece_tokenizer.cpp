@@ -28,7 +28,8 @@ std::vector<std::string> shimCandidates() {
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     out.push_back((exe.parent_path() / "libskytrain_sentencepiece.so").string());
-    out.push_back((exe.parent_path().parent_path() / "lib" / "libskytrain_sentencepiece.so").string());
+    // Installed: <prefix>/bin/skytraind and <prefix>/<libdir>/skytrain/ (the package: /usr/lib/skytrain).
+    out.push_back((exe.parent_path() / SKYTRAIN_SENTENCEPIECE_SHIM_FROM_BINDIR).lexically_normal().string());
   }
   out.emplace_back(SKYTRAIN_SENTENCEPIECE_SHIM_BUILD_PATH);
   return out;

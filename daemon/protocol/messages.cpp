@@ -148,6 +148,8 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     m.spec = boundedString(r, "spec", std::nullopt, kMaxSpecBytes);
     m.coordinator = endpoint(r, "coordinator");
     if (m.coordinator.empty()) throw SpecError(r.pathOf("coordinator"), "must not be empty");
+    m.owner = boundedString(r, "owner", std::string(), 64);
+    if (!m.owner.empty() && !isZ85Key(m.owner)) throw SpecError(r.pathOf("owner"), "is not a Z85 public key");
     m.attempt = static_cast<int>(r.integer("attempt", 0, 0, 1 << 20));
     m.resumeStep = r.integer("resume_step", -1, -1, kBig);
     return m;
@@ -185,10 +187,17 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     return m;
   }
   if (type == "stage.report") return parseReport(r);
+  if (type == "export") {
+    ExportRead m;
+    readRef(r, m);
+    m.step = r.integer("step", -1, -1, kBig);
+    m.offset = r.integer("offset", 0, 0, int64_t{1} << 50);
+    return m;
+  }
   throw SpecError(r.pathOf("type"), describe(json(type)) +
                                         " is unknown (valid: ping, submit, status, list, cancel, resume, stage.prepare, "
                                         "stage.start, stage.abort, stage.plan, stage.profile, stage.heartbeat, "
-                                        "stage.report)");
+                                        "stage.report, export)");
 }
 
 struct ToJson {
@@ -200,7 +209,7 @@ struct ToJson {
   json operator()(const Resume& m) const { return {{"type", "resume"}, {"job", m.job}}; }
   json operator()(const StageHeartbeat& m) const { return ref("stage.heartbeat", m, json::object()); }
   json operator()(const StagePrepare& m) const {
-    return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"attempt", m.attempt},
+    return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"owner", m.owner}, {"attempt", m.attempt},
                                     {"resume_step", m.resumeStep}});
   }
   json operator()(const StageStart& m) const {
@@ -209,6 +218,7 @@ struct ToJson {
     return ref("stage.start", m, {{"producers", producers}, {"previous", m.previous}, {"next", m.next}, {"previous_key", m.previousKey},
                                   {"next_key", m.nextKey}});
   }
+  json operator()(const ExportRead& m) const { return ref("export", m, {{"step", m.step}, {"offset", m.offset}}); }
   json operator()(const StageAbort& m) const { return ref("stage.abort", m, json::object()); }
   json operator()(const StagePlan& m) const { return ref("stage.plan", m, planJson(m)); }
   json operator()(const StageProfile& m) const { return ref("stage.profile", m, {{"at_step", m.atStep}}); }

@@ -46,6 +46,7 @@ struct PlanMessage {
 struct StagePrepare : StageRef {
   std::string spec;
   std::string coordinator;  // its control endpoint, which receives the stage's reports
+  std::string owner;        // the public key of the job's owner, who may export its weights ("" when insecure)
   int attempt = 0;          // bumped at each restart; frames of older attempts are dropped
   int64_t resumeStep = -1;  // restore the checkpoint taken after this step (-1: from scratch)
 };
@@ -66,6 +67,16 @@ struct StageHeartbeat : StageRef {};
 struct StageProfile : StageRef {
   int64_t atStep = -1;  // -1: cancel a pending profile
 };
+
+// A user reads a hosted stage's weights, as a safetensors file of its parameters with
+// global names, in chunks: the final weights (step -1) or a checkpoint's. Answered with
+// {"size", "offset", "data": base64 of at most kExportChunkBytes}. Only the job's owner
+// (as its coordinator named it) or an admin may.
+struct ExportRead : StageRef {
+  int64_t step = -1;
+  int64_t offset = 0;
+};
+constexpr size_t kExportChunkBytes = 1 << 20;
 
 enum class ReportKind { Step, Eval, Profile, Checkpoint, Done, Failed };
 std::string toString(ReportKind kind);
@@ -91,7 +102,7 @@ struct StageReport : StageRef {
 };
 
 using Request = std::variant<Ping, Submit, Status, List, Cancel, Resume, StagePrepare, StageStart, StageAbort,
-                             StagePlan, StageProfile, StageHeartbeat, StageReport>;
+                             StagePlan, StageProfile, StageHeartbeat, StageReport, ExportRead>;
 
 struct Envelope {
   std::optional<uint64_t> id;  // echoed in the reply

@@ -16,11 +16,14 @@ TEST_CASE("a daemon config parses, with defaults") {
   CHECK(c.dataEndpoint == "tcp://0.0.0.0:7101");
   CHECK(c.stateDir == "/tmp/s");
   CHECK(c.torchThreads == 2);
+  CHECK(c.logFormat == "text");
+  CHECK(parseDaemonConfig(R"({"secret_key_file": "/k", "authorized_keys": "/a", "log_format": "json"})").logFormat == "json");
 }
 
 TEST_CASE("bad daemon configs name the field") {
   CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true, "ports": 3})"), Catch::Contains("$.ports"));
   CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true, "log_level": "loud"})"), Catch::Contains("$.log_level"));
+  CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true, "log_format": "xml"})"), Catch::Contains("$.log_format"));
   // Without CURVE keys a daemon must be told explicitly that it runs unencrypted.
   CHECK_THROWS_WITH(parseDaemonConfig(R"({})"), Catch::Contains("$.secret_key_file"));
   CHECK_THROWS_WITH(parseDaemonConfig(R"({"secret_key_file": "/k"})"), Catch::Contains("$.authorized_keys"));

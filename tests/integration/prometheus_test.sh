@@ -2,7 +2,7 @@
 # A real Prometheus (Debian's) scrapes two real skytraind daemons while a job runs: the
 # exposition passes promtool's lint, both targets are up, and the job's series (step,
 # losses, bytes per stage and direction, link figures) can be queried through Prometheus's
-# HTTP API with the values the job reports.
+# HTTP API with the values the job reports, as can every query of the Grafana dashboard.
 set -euo pipefail
 daemon=$1 cli=$2 corpus=$3
 command -v prometheus > /dev/null || { echo "FAIL: prometheus is not installed (deploy/install-deps.sh)" >&2; exit 1; }
@@ -91,6 +91,9 @@ query "skytrain_job_validation_loss{job_id=\"$job\", name=\"scraped\"}" > /dev/n
 query "skytrain_link_rtt_seconds{job_id=\"$job\", link=\"0-1\"}" > /dev/null || fail "no link series"
 query 'skytrain_jobs{state="succeeded"} == 1' > /dev/null || fail "no succeeded job counted"
 echo "ok: Prometheus scraped both daemons during the job"
+# Every query of the Grafana dashboard (deploy/grafana/) returns series for this job.
+python3 "$(dirname "$0")/grafana_queries.py" "http://127.0.0.1:$port" --var job_id="$job" ||
+  fail "a query of deploy/grafana/skytrain-dashboard.json failed or returned nothing"
 # A hostile scraper: an oversized request head, a silent connection, a POST and a wrong
 # path; the daemon answers or drops each and goes on serving.
 python3 - "$A_METRICS" <<'PY' || fail "/metrics misbehaved on hostile requests"

@@ -1,0 +1,151 @@
+#include "client/export.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "client/format.h"
+#include "client/probe.h"
+#include "client/safetensors_merge.h"
+#include "daemon/protocol/base64.h"
+#include "daemon/protocol/messages.h"
+#include "scheduler/error.h"
+
+namespace skytrain::client {
+namespace {
+
+using protocol::Json;
+
+constexpr int kRefused = 2;
+constexpr int64_t kAfterEveryStep = int64_t{1} << 30;  // `since` that returns no step rows
+constexpr uint64_t kMaxStageWeightBytes = uint64_t{1} << 44;
+
+template <typename Fn>
+int reported(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return kRefused;
+}
+
+Json jobStatus(zmq::context_t& context, const ClientOptions& options, const std::string& job, int64_t since) {
+  protocol::ControlClient client(context, options.daemon, options.security);
+  return client.request({{"type", protocol::kStatus}, {"job", job}, {"since", since}}, options.timeout)["job"];
+}
+
+// Reads one stage's weights file from its daemon into `path`, chunk by chunk.
+uint64_t fetchStage(zmq::context_t& context, const ClientOptions& options, const std::string& job, int stage,
+                    const Json& daemon, int64_t step, const std::string& path) {
+  protocol::ClientSecurity security;
+  if (options.security.curve()) {
+    security.self = options.security.self;
+    security.serverKey = daemon.value("key", std::string());
+  }
+  const std::string endpoint = daemon.value("endpoint", std::string());
+  protocol::ControlClient client(context, endpoint, security);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error("cannot write \"" + path + "\"");
+  protocol::ExportRead request;
+  request.job = job;
+  request.stage = stage;
+  request.step = step;
+  uint64_t size = 0;
+  do {
+    Json reply;
+    try {
+      reply = client.request(protocol::toJson(request), options.timeout);
+    } catch (const std::exception& e) {
+      throw Error("stage " + std::to_string(stage) + " (" + endpoint + "): " + e.what());
+    }
+    const uint64_t total = reply.value("size", uint64_t{0});
+    const std::string chunk = protocol::base64Decode(reply.value("data", std::string()), protocol::kExportChunkBytes);
+    if (total > kMaxStageWeightBytes || (request.offset > 0 && total != size) ||
+        static_cast<uint64_t>(request.offset) + chunk.size() > total || (chunk.empty() && total > 0)) {
+      throw WireError("stage " + std::to_string(stage) + " (" + endpoint + ") sent an inconsistent chunk");
+    }
+    size = total;
+    out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    request.offset += static_cast<int64_t>(chunk.size());
+  } while (static_cast<uint64_t>(request.offset) < size);
+  out.flush();
+  if (!out) throw Error("cannot write \"" + path + "\"");
+  return size;
+}
+
+}  // namespace
+
+int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out, int64_t step) {
+  std::vector<std::string> parts;
+  const int code = reported([&] {
+    zmq::context_t context;
+    const Json status = jobStatus(context, options, job, kAfterEveryStep);
+    if (step >= 0) {
+      const auto& kept = status["checkpoints"];
+      if (std::find(kept.begin(), kept.end(), Json(step)) == kept.end()) {
+        throw Error("job " + job + " has no complete checkpoint after step " + std::to_string(step) +
+                    " (complete: " + kept.dump() + ")");
+      }
+    } else if (status["state"] != "succeeded") {
+      throw Error("job " + job + " is " + status["state"].get<std::string>() +
+                  ": final weights exist once it has succeeded; give --step with a checkpoint (" +
+                  status["checkpoints"].dump() + ")");
+    }
+    const Json& daemons = status["stage_daemons"];
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < daemons.size(); ++i) {
+      parts.push_back(out + ".stage-" + std::to_string(i) + ".part");
+      bytes += fetchStage(context, options, job, static_cast<int>(i), daemons[i], step, parts.back());
+    }
+    const size_t tensors = mergeSafetensors(
+        parts, out,
+        {{"format", "pt"}, {"skytrain_job", job}, {"skytrain_step", step < 0 ? "final" : std::to_string(step)}});
+    std::cout << "wrote " << out << ": " << tensors << " tensors from " << daemons.size() << " stages ("
+              << formatBytes(static_cast<double>(bytes)) << "), "
+              << (step < 0 ? std::string("final weights") : "checkpoint after step " + std::to_string(step)) << "\n";
+    return 0;
+  });
+  for (const auto& part : parts) std::remove(part.c_str());
+  return code;
+}
+
+int plot(const ClientOptions& options, const std::vector<std::string>& jobs, const std::string& out,
+         const PlotOptions& plotOptions) {
+  return reported([&] {
+    zmq::context_t context;
+    std::vector<Json> statuses;
+    for (const auto& job : jobs) statuses.push_back(jobStatus(context, options, job, 0));
+    const std::string svg = renderPlot(statuses, plotOptions);
+    const std::string tmp = out + ".tmp";
+    {
+      std::ofstream file(tmp, std::ios::trunc);
+      file << svg;
+      if (!file.flush()) throw Error("cannot write \"" + tmp + "\"");
+    }
+    if (std::rename(tmp.c_str(), out.c_str()) != 0) throw Error("cannot write \"" + out + "\"");
+    std::cout << "wrote " << out << " (" << jobs.size() << (jobs.size() == 1 ? " job" : " jobs") << ")\n";
+    return 0;
+  });
+}
+
+int probe(const ClientOptions& options, bool json, size_t bigBytes) {
+  return reported([&] {
+    zmq::context_t context;
+    protocol::ControlClient control(context, options.daemon, options.security);
+    const Json ping = control.request({{"type", protocol::kPing}}, options.timeout);
+    ProbeOptions probeOptions;
+    probeOptions.bigBytes = bigBytes;
+    Json result = probeDataEndpoint(context, ping.at("data").get<std::string>(), options.security, probeOptions);
+    result["endpoint"] = options.daemon;
+    if (json) {
+      std::cout << result.dump(2) << "\n";
+    } else {
+      std::cout << formatProbe(result);
+    }
+    return 0;
+  });
+}
+
+}  // namespace skytrain::client

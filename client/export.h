@@ -1,0 +1,25 @@
+// `skytrain export` and `skytrain plot`: commands that gather a job's data (weights from
+// each stage daemon, curves from the coordinator) into one local file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/commands.h"
+#include "client/plot.h"
+
+namespace skytrain::client {
+
+// Writes the job's weights — final (step -1) or from the complete checkpoint after `step` —
+// merged from every stage daemon into one safetensors file with global names.
+int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out, int64_t step);
+
+// Writes the jobs' curves as one SVG.
+int plot(const ClientOptions& options, const std::vector<std::string>& jobs, const std::string& out,
+         const PlotOptions& plotOptions);
+
+// Measures the link to the daemon at options.daemon through its data port.
+int probe(const ClientOptions& options, bool json, size_t bigBytes);
+
+}  // namespace skytrain::client

@@ -1,0 +1,73 @@
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "client/safetensors_merge.h"
+#include "scheduler/error.h"
+
+using namespace skytrain::client;
+
+namespace {
+std::string file(const nlohmann::json& header, const std::string& data) {
+  const std::string text = header.dump();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  return out + text + data;
+}
+std::string write(const std::string& name, const std::string& bytes) {
+  const std::string path = std::string("/tmp/skytrain_merge_test_") + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+TEST_CASE("two stages' files merge into one with every tensor's bytes") {
+  const auto a = write("a", file({{"block0.w", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
+                                  {"__metadata__", {{"format", "pt"}}}},
+                                 std::string("\x01\x00\x00\x00\x02\x00\x00\x00", 8)));
+  const auto b = write("b", file({{"head.b", {{"dtype", "F16"}, {"shape", {1}}, {"data_offsets", {2, 4}}}},
+                                  {"head.a", {{"dtype", "U8"}, {"shape", {2}}, {"data_offsets", {0, 2}}}}},
+                                 "xy\x07\x08"));
+  const std::string out = "/tmp/skytrain_merge_test_out.safetensors";
+  REQUIRE(mergeSafetensors({a, b}, out, {{"skytrain_job", "0123456789abcdef"}}) == 3);
+  const std::string bytes = read(out);
+  const auto h = parseSafetensorsHeader(bytes, bytes.size(), out);
+  CHECK((8 + h.headerBytes) % 8 == 0);
+  REQUIRE(h.tensors.size() == 3);
+  CHECK(h.tensors[0].name == "block0.w");
+  CHECK(h.tensors[1].name == "head.a");  // data order of its file
+  CHECK(h.tensors[2].name == "head.b");
+  CHECK(h.metadata.at("skytrain_job") == "0123456789abcdef");
+  const std::string data = bytes.substr(8 + h.headerBytes);
+  CHECK(data == std::string("\x01\x00\x00\x00\x02\x00\x00\x00", 8) + "xy\x07\x08");
+  CHECK_THROWS_WITH(mergeSafetensors({a, a}, out, {}), Catch::Contains("block0.w") && Catch::Contains("two stages"));
+}
+
+TEST_CASE("crafted headers are refused before anything is copied") {
+  auto refused = [](const std::string& bytes) {
+    return parseSafetensorsHeader(bytes, bytes.size(), "crafted");
+  };
+  const nlohmann::json okEntry = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}};
+  CHECK_THROWS_AS(refused("abc"), skytrain::WireError);
+  std::string huge(8, '\xff');
+  CHECK_THROWS_WITH(refused(huge), Catch::Contains("over the limit"));
+  CHECK_THROWS_WITH(refused(file({{"w", okEntry}}, std::string(4, '\0'))), Catch::Contains("run past"));
+  CHECK_THROWS_WITH(refused(file({{"w", okEntry}}, std::string(12, '\0'))), Catch::Contains("exactly"));
+  CHECK_THROWS_WITH(refused(file({{"w", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 8}}}}}, std::string(8, '\0'))),
+                    Catch::Contains("shape"));
+  CHECK_THROWS_WITH(refused(file({{"w", {{"dtype", "Q7"}, {"shape", {2}}, {"data_offsets", {0, 8}}}}}, std::string(8, '\0'))),
+                    Catch::Contains("dtype"));
+  CHECK_THROWS_WITH(refused(file({{"w", okEntry}, {"v", okEntry}}, std::string(8, '\0'))), Catch::Contains("overlaps"));
+  CHECK_THROWS_WITH(refused(file({{"w", {{"dtype", "F32"}, {"shape", {-2}}, {"data_offsets", {0, 8}}}}}, std::string(8, '\0'))),
+                    Catch::Contains("dimension"));
+  CHECK_THROWS_WITH(refused(file(nlohmann::json::array(), "")), Catch::Contains("not a JSON object"));
+}

@@ -1,0 +1,41 @@
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/details/log_msg.h>
+
+#include "daemon/logging.h"
+
+using namespace skytrain::daemon;
+
+namespace {
+std::string formatted(spdlog::formatter& formatter, spdlog::level::level_enum level, const std::string& text) {
+  spdlog::details::log_msg msg(spdlog::source_loc{}, "skytraind", level, text);
+  spdlog::memory_buf_t out;
+  formatter.format(msg, out);
+  return std::string(out.data(), out.size());
+}
+}  // namespace
+
+TEST_CASE("a JSON log line is one parseable object, whatever the message holds") {
+  auto formatter = makeJsonFormatter(false);
+  const std::string hostile = "job \"x\"\n\tbad utf-8: \xff\xfe end";
+  const std::string line = formatted(*formatter, spdlog::level::warn, hostile);
+  REQUIRE(line.back() == '\n');
+  REQUIRE(line.find('\n') == line.size() - 1);  // one line, the newline in the message escaped
+  const auto record = nlohmann::json::parse(line);
+  CHECK(record["level"] == "warning");
+  CHECK(record["message"].get<std::string>().rfind("job \"x\"\n\tbad utf-8: ", 0) == 0);
+  CHECK(record["time"].get<std::string>().size() == 24);  // 2026-11-23T06:01:02.345Z
+  CHECK(record["time"].get<std::string>().back() == 'Z');
+  CHECK(record["thread"].is_number());
+}
+
+TEST_CASE("under the journal a line starts with its syslog priority") {
+  CHECK(formatted(*makeJsonFormatter(true), spdlog::level::err, "x").rfind("<3>{", 0) == 0);
+  CHECK(formatted(*makeTextFormatter(true), spdlog::level::warn, "slow link") == "<4>[warning] slow link\n");
+  CHECK(formatted(*makeTextFormatter(true), spdlog::level::info, "x").rfind("<6>", 0) == 0);
+  CHECK(formatted(*makeTextFormatter(true), spdlog::level::debug, "x").rfind("<7>", 0) == 0);
+  CHECK(formatted(*makeTextFormatter(true), spdlog::level::critical, "x").rfind("<2>", 0) == 0);
+  const std::string plain = formatted(*makeTextFormatter(false), spdlog::level::info, "hello");
+  CHECK(plain.front() == '[');
+  CHECK(plain.find("] [info] hello\n") != std::string::npos);
+}
