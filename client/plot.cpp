@@ -25,6 +25,7 @@ struct Series {
 };
 struct Panel {
   std::string title, unit;
+  bool fromZero = false;  // rates and sizes: the axis starts at zero, so ratios read true
   std::vector<Series> series;
 };
 
@@ -113,7 +114,7 @@ std::string renderPanel(const Panel& panel, int index, int width, const std::str
   if (xHi - xLo < 1e-12) xHi = xLo + 1;
   const double pad = yHi - yLo < 1e-12 ? std::max(1e-9, std::fabs(yHi) * 0.1 + 1e-9) : (yHi - yLo) * 0.05;
   yLo -= pad, yHi += pad;
-  if (yLo < 0 && yHi - pad >= 0 && yLo + pad >= 0) yLo = 0;  // non-negative figures start at zero
+  if (panel.fromZero || (yLo < 0 && yLo + pad >= 0)) yLo = 0;
   auto px = [&](double x) { return (x - xLo) / (xHi - xLo) * plotWidth; };
   auto py = [&](double y) { return kPanelHeight - (y - yLo) / (yHi - yLo) * kPanelHeight; };
   char text[256];
@@ -140,7 +141,8 @@ std::string renderPanel(const Panel& panel, int index, int width, const std::str
   out += text;
   for (const auto& s : panel.series) {
     if (s.points.empty()) continue;
-    out += "<polyline fill=\"none\" stroke=\"" + s.color + "\" stroke-width=\"1.6\"" +
+    // Translucent, so a job whose curve lies under another's still shows.
+    out += "<polyline fill=\"none\" stroke=\"" + s.color + "\" stroke-opacity=\"0.8\" stroke-width=\"1.6\"" +
            (s.dash.empty() ? "" : " stroke-dasharray=\"" + s.dash + "\"") + " points=\"";
     for (const auto& p : s.points) {
       std::snprintf(text, sizeof text, "%.1f,%.1f ", px(p.x), py(p.y));
@@ -160,9 +162,9 @@ std::string renderPanel(const Panel& panel, int index, int width, const std::str
 }  // namespace
 
 std::string renderPlot(const std::vector<json>& jobs, const PlotOptions& options) {
-  Panel loss{"Loss: train (solid), validation (dashed, dots)", "loss", {}};
-  Panel rate{"Throughput", "tokens/s", {}};
-  Panel bytes{"Sent per step: on the wire (solid), uncompressed (dotted)", "MB per step", {}};
+  Panel loss{"Loss: train (solid), validation (dashed, dots)", "loss", false, {}};
+  Panel rate{"Throughput", "tokens/s", true, {}};
+  Panel bytes{"Sent per step: on the wire (solid), uncompressed (dotted)", "MB per step", true, {}};
   std::string legend;
   size_t rows = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
