@@ -55,6 +55,10 @@ std::string base64Decode(const std::string& text, size_t maxDecodedBytes) {
       if (d < 0 || padding > 0) throw WireError("base64 text has a bad character at " + std::to_string(i + k));
       v = (v << 6) | static_cast<uint32_t>(d);
     }
+    // The bits padding discards must be zero: one text per byte string (RFC 4648, 3.5).
+    if ((padding == 1 && (v & 0xff) != 0) || (padding == 2 && (v & 0xffff) != 0)) {
+      throw WireError("base64 text has non-zero bits under its padding");
+    }
     for (int k = 0; k < 3 - padding; ++k) out.push_back(static_cast<char>((v >> (16 - 8 * k)) & 0xff));
   }
   return out;

@@ -23,5 +23,7 @@ TEST_CASE("crafted base64 is refused") {
   CHECK_THROWS_AS(base64Decode("Zg=a", 10), skytrain::WireError);   // data after padding
   CHECK_THROWS_AS(base64Decode("Zg==Zg==", 10), skytrain::WireError);  // padding inside
   CHECK_THROWS_AS(base64Decode("Zm9v\n===", 10), skytrain::WireError);
+  CHECK_THROWS_AS(base64Decode("Zm6=", 10), skytrain::WireError);  // "fo" is Zm8=: bits under the padding
+  CHECK_THROWS_AS(base64Decode("Zh==", 10), skytrain::WireError);  // "f" is Zg==
   CHECK_THROWS_WITH(base64Decode(std::string(400, 'A'), 100), Catch::Contains("over the limit"));
 }
