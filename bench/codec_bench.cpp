@@ -1,5 +1,5 @@
 // Codec throughput, side by side with memcpy of the same buffer on the same thread.
-// Usage: codec_bench [--threads N] [--seconds S]     (prints a Markdown table)
+// Usage: codec_bench [--threads N] [--seconds S] [--only SPEC,SPEC...]   (prints a Markdown table)
 #include <malloc.h>
 #include <torch/torch.h>
 
@@ -36,7 +36,9 @@ double timeIt(Fn&& fn, double budget) {
 int main(int argc, char** argv) {
   int threads = 1;
   double budget = 0.5;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) == "--only") only = "," + std::string(argv[i + 1]) + ",";
     if (std::string(argv[i]) == "--threads") threads = std::stoi(argv[i + 1]);
     if (std::string(argv[i]) == "--seconds") budget = std::stod(argv[i + 1]);
   }
@@ -45,8 +47,15 @@ int main(int argc, char** argv) {
   // faults) per message.
   mallopt(M_MMAP_THRESHOLD, 512 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  const std::vector<std::string> specs = {"none", "fp16", "bf16", "int8", "int4", "ef(int8)", "topk:0.05", "topk:0.01",
+  std::vector<std::string> specs = {"none", "fp16", "bf16", "int8", "int4", "int4+rot", "ef(int4+rot)", "ef(int8)", "topk:0.05", "topk:0.01",
                                           "int8+topk:0.05", "svd:rank=8", "fp16+svd:rank=8", "svd:rank=64", "fp16+svd:0.2"};
+  if (!only.empty()) {
+    std::vector<std::string> kept;
+    for (const auto& spec : specs) {
+      if (spec == "none" || only.find("," + spec + ",") != std::string::npos) kept.push_back(spec);
+    }
+    specs = kept;
+  }
   std::printf("torch threads: %d\n\n", threads);
   std::printf("| shape | codec | encode GB/s | decode GB/s | memcpy GB/s | encode/memcpy | decode/memcpy | encode ms | ratio |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -8,9 +8,18 @@ GPT-2 initialisation), cut by layer ranges as skytrain's stages are (stage 0: em
 its blocks; the last stage: its blocks, ln_f, head and the token cross-entropy), trained in
 fp32 with AdamW, a linear warm-up and cosine decay and global-norm clipping, on P processes
 joined by torch.distributed (backend gloo). Activations go forward and their gradients
-backward with isend/recv; the schedule is GPipe or 1F1B with exactly skytrain's per-stage op
+backward with isend/irecv; the schedule is GPipe or 1F1B with exactly skytrain's per-stage op
 order (scheduler/schedule.cpp); each micro-batch's loss is scaled by 1/m; every step ends with
 the clipping norm's all-reduce and an AdamW step on every stage.
+
+Gloo's send/recv is receiver-driven: a send's bytes leave only once the receiver's "recv
+ready" notice has arrived (gloo/transport/tcp/pair.cc), so a receive posted only when it is
+needed costs an extra one-way trip before its data moves, and a small all-reduce costs
+several. --comm tuned (the default) posts every receive of a step at the step's start: the
+activations, the gradients, and the other stages' squared gradient norms, which every stage
+sends every other (one one-way trip, where dist.all_reduce takes two round trips on two
+ranks). --comm naive is the pipeline as first written: dist.recv when the schedule reaches
+it, dist.all_reduce for the clipping norm.
 
 Tokens: with --data FILE, the byte tokenizer's ids of that file and skytrain's sampling
 (stages/text_data.cpp: sample j of step s starts at splitmix64(...) % positions of the
@@ -32,12 +41,30 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torch.nn.functional as F
+
+def _threads_from_argv(argv):
+    for i, arg in enumerate(argv):
+        if arg == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+    return "1"
+
+
+# OpenBLAS (Debian's libblas.so.3 alternative) keeps its own thread pool, which
+# torch.set_num_threads leaves alone, and its threads spin while they wait: two processes on
+# two cores slow each other down unless each keeps to its share. skytraind caps it at
+# torch_threads (daemon/blas_info.h); so does this, before torch loads it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_from_argv(sys.argv))
+os.environ.setdefault("OMP_NUM_THREADS", _threads_from_argv(sys.argv))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 MASK64 = (1 << 64) - 1
+NORM_TAG = 1 << 20  # the squared gradient norms' messages (activations: 2i, gradients: 2i + 1)
 
 
 def splitmix64(x):
@@ -188,10 +215,36 @@ def run_rank(a):
     ops = schedule_ops(a.schedule, rank, p, m)
     is_first, is_last = rank == 0, rank == p - 1
     act_shape = (b, a.seq_len, a.d_model)
-    times, losses = [], []
+    times, computes, losses = [], [], []
     for step in range(a.steps):
         start = time.perf_counter()
+        waited = 0.0  # blocked in recv, in waiting for sends, in the clipping all-reduce
         inputs, outputs, pending = {}, {}, []
+        early = {}
+        if a.comm == "tuned":
+            for r in range(p):
+                if r != rank:
+                    buf = torch.empty(1)
+                    early[("N", r)] = (dist.irecv(buf, src=r, tag=NORM_TAG), buf)
+            for i in range(m):
+                if not is_first:
+                    buf = torch.empty(act_shape)
+                    early[("F", i)] = (dist.irecv(buf, src=rank - 1, tag=2 * i), buf)
+                if not is_last:
+                    buf = torch.empty(act_shape)
+                    early[("B", i)] = (dist.irecv(buf, src=rank + 1, tag=2 * i + 1), buf)
+
+        def receive(kind, i):
+            nonlocal waited
+            t0 = time.perf_counter()
+            if a.comm == "tuned":
+                work, buf = early.pop((kind, i))
+                work.wait()
+            else:
+                buf = torch.empty(act_shape)
+                dist.recv(buf, src=rank - 1 if kind == "F" else rank + 1, tag=2 * i + (kind == "B"))
+            waited += time.perf_counter() - t0
+            return buf
         loss_sum = 0.0
         for kind, i in ops:
             if kind == "F":
@@ -199,9 +252,7 @@ def run_rank(a):
                 if is_first:
                     x = tokens
                 else:
-                    x = torch.empty(act_shape)
-                    dist.recv(x, src=rank - 1, tag=2 * i)
-                    x.requires_grad_(True)
+                    x = receive("F", i).requires_grad_(True)
                 inputs[i] = x
                 y = model(x)
                 if is_last:
@@ -216,19 +267,33 @@ def run_rank(a):
                 if is_last:
                     outputs.pop(i).backward()
                 else:
-                    g = torch.empty(act_shape)
-                    dist.recv(g, src=rank + 1, tag=2 * i + 1)
-                    outputs.pop(i).backward(g)
+                    outputs.pop(i).backward(receive("B", i))
                 x = inputs.pop(i)
                 if not is_first:
                     grad = x.grad
                     pending.append((dist.isend(grad, dst=rank - 1, tag=2 * i + 1), grad))
+        t0 = time.perf_counter()
         for work, _ in pending:
             work.wait()
+        waited += time.perf_counter() - t0
         # Global-norm clipping over every stage's parameters (skytrain: clip_norm), then AdamW.
         grads = [q.grad for q in model.parameters() if q.grad is not None]
         sq = torch.stack([gr.pow(2).sum() for gr in grads]).sum().reshape(1)
-        dist.all_reduce(sq)
+        t0 = time.perf_counter()
+        if a.comm == "tuned":
+            sends = [dist.isend(sq, dst=r, tag=NORM_TAG) for r in range(p) if r != rank]
+            for work in sends:
+                work.wait()
+            parts = []
+            for r in range(p):
+                if r != rank:
+                    work, buf = early.pop(("N", r))
+                    work.wait()
+                parts.append(sq if r == rank else buf)
+            sq = torch.stack(parts).sum().reshape(1)
+        else:
+            dist.all_reduce(sq)
+        waited += time.perf_counter() - t0
         total = sq.sqrt().item()
         if a.clip > 0 and total > a.clip:
             for gr in grads:
@@ -238,6 +303,7 @@ def run_rank(a):
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
+        computes.append(times[-1] - waited)
         losses.append(loss_sum / m if is_last else float("nan"))
         if is_last:
             print(f"step {step + 1:4d}/{a.steps}  loss {loss_sum / m:.4f}  {times[-1]:.4f} s", file=sys.stderr, flush=True)
@@ -245,16 +311,19 @@ def run_rank(a):
     all_times = [torch.zeros(a.steps, dtype=torch.float64) for _ in range(p)]
     dist.all_gather(all_times, torch.tensor(times, dtype=torch.float64))
     step_s = torch.stack(all_times).max(0).values.tolist()
+    all_computes = [torch.zeros(a.steps, dtype=torch.float64) for _ in range(p)]
+    dist.all_gather(all_computes, torch.tensor(computes, dtype=torch.float64))
+    compute_s = [sum(c.tolist()[a.warmup:] or c.tolist()) / len(c.tolist()[a.warmup:] or c.tolist()) for c in all_computes]
     final_loss = torch.tensor([losses[-1] if is_last else 0.0])
     dist.broadcast(final_loss, src=p - 1)
     if rank == 0:
         steady = step_s[a.warmup:] or step_s
         mean = sum(steady) / len(steady)
         print(json.dumps({
-            "system": "torch-gloo", "schedule": a.schedule, "micro_batches": m, "stages": p,
+            "system": "torch-gloo", "schedule": a.schedule, "comm": a.comm, "micro_batches": m, "stages": p,
             "batch": a.batch, "seq_len": a.seq_len, "steps": a.steps, "warmup_steps_excluded": a.warmup,
-            "mean_step_s": mean, "tokens_per_s": a.batch * a.seq_len / mean,
-            "threads": a.threads, "data": a.data or "random", "final_loss": final_loss.item(),
+            "mean_step_s": mean, "compute_s_per_stage": compute_s, "tokens_per_s": a.batch * a.seq_len / mean,
+            "threads": a.threads, "blas_threads": os.environ["OPENBLAS_NUM_THREADS"], "data": a.data or "random", "final_loss": final_loss.item(),
         }), flush=True)
     dist.barrier()
     dist.destroy_process_group()
@@ -269,6 +338,9 @@ def main():
     ap.add_argument("--ifname", default="", help="GLOO_SOCKET_IFNAME (the interface Gloo binds and advertises)")
     ap.add_argument("--schedule", choices=["gpipe", "1f1b"], default="1f1b")
     ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--comm", choices=["tuned", "naive"], default="tuned",
+                    help="tuned: a step's receives posted at its start, norms exchanged point to point; "
+                         "naive: dist.recv when needed, dist.all_reduce")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the mean")

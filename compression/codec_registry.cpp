@@ -98,6 +98,7 @@ void registerBuiltinCodecs(CodecRegistry& registry) {
   registry.add("svd", makeSvdCodec);
   registry.add("tokens", makeTokenCodec);
   registry.add("zstd", makeZstdCodec);
+  registry.add("rot", makeRotationCodec);
   registry.add("ef", [&registry](const std::string& argument, std::unique_ptr<Codec> inner) {
     if (inner) throw Error("ef(...) must stand alone or outermost, not right of '+'");
     return makeErrorFeedbackCodec(registry.make(argument));

@@ -46,6 +46,15 @@ at::Tensor blockAbsMax(const at::Tensor& x, int64_t block) {
   return m.narrow(0, 0, n).reshape(x.sizes());
 }
 
+// Each element's block's L2 norm (blocks of `block` over the flattened tensor, zero-padded).
+at::Tensor blockNorm(const at::Tensor& x, int64_t block) {
+  const int64_t n = x.numel(), padded = (n + block - 1) / block * block;
+  auto flat = torch::zeros({padded});
+  flat.narrow(0, 0, n).copy_(x.reshape({-1}));
+  auto m = flat.view({-1, block}).norm(2, 1, true).expand({padded / block, block}).reshape({-1});
+  return m.narrow(0, 0, n).reshape(x.sizes());
+}
+
 int64_t topkKeep(int64_t n, double f) { return n == 0 ? 0 : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(f * n - 1e-9))); }
 
 const std::map<std::string, CodecCase>& cases() {
@@ -78,6 +87,13 @@ const std::map<std::string, CodecCase>& cases() {
       // Lossless; its size depends on the data: at most zstd's bound on the raw bytes.
       {"zstd", {"zstd", [](const at::Tensor& x) { return torch::zeros_like(x); },
                 [](const Shape& s) { return static_cast<size_t>(ZSTD_COMPRESSBOUND(numel(s) * 4)); }, true, true}},
+      // Orthonormal rotation in front of int4: a 64-block's error is int4's on the rotated
+      // block, at most 8/14 of the block's L2 norm (compression/rotation_codec.cpp).
+      {"rot", {"int4+rot", [](const at::Tensor& x) { return blockNorm(x, 64) * 8 / 14 * (1 + 1e-4) + 1e-6; },
+               [](const Shape& s) {
+                 const int64_t padded = (numel(s) + 63) / 64 * 64;
+                 return static_cast<size_t>(padded / 32 * 4 + padded / 2);
+               }, false}},
       // The first message of a stream has no residual: the inner codec's bound and size.
       {"ef", {"ef(int8)", [](const at::Tensor& x) { return rowAbsMax(x) / 254 * (1 + 1e-5) + 1e-12; },
               [](const Shape& s) { return static_cast<size_t>(rows(s) * 4 + numel(s)); }, false}},
@@ -143,7 +159,7 @@ TEST_CASE("every registered codec keeps the Codec contract") {
     input[3].zero_();
     input[5].zero_();
     const at::Tensor output = codec->decode(codec->encode(input));
-    if (name != "svd" && name != "topk") {  // factoring and selection mix rows
+    if (name != "svd" && name != "topk" && name != "rot") {  // factoring, selection and rotation mix rows
       CHECK(output[3].abs().max().item<double>() == 0.0);
       CHECK(output[5].abs().max().item<double>() == 0.0);
     }
