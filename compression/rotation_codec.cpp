@@ -10,12 +10,16 @@
 // block's error is the inner codec's error on the rotated block: for "int4+rot",
 // |x_i - x'_i| <= ||error of the block||_2 <= 8 * max|y| / 14 <= 8/14 * ||x_block||_2.
 // NaN/Inf are refused. Size: the inner codec's for ceil(n/64)*64 elements.
+#include <immintrin.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "compression/codec_util.h"
 #include "compression/codecs.h"
+#include "compression/float_bits.h"
+#include "compression/int4_blocks.h"
 #include "compression/tensor_bytes.h"
 #include "scheduler/error.h"
 
@@ -26,10 +30,9 @@ constexpr int64_t kRotationBlock = 64;
 
 int64_t paddedLength(int64_t n) { return (n + kRotationBlock - 1) / kRotationBlock * kRotationBlock; }
 
-// In-place orthonormal Walsh-Hadamard transform of `blocks` consecutive 64-blocks. Each
-// pass pairs elements h apart; fixed trip counts so the loops vectorise (AVX2 where the
-// CPU has it, chosen at load time).
-__attribute__((target_clones("avx2", "default"))) void hadamard(float* data, int64_t blocks) {
+// In-place orthonormal Walsh-Hadamard transform of `blocks` consecutive 64-blocks: six
+// butterfly passes (elements h = 1, 2, ..., 32 apart), then a scale by 1/8.
+void hadamardPortable(float* data, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b) {
     float* x = data + b * kRotationBlock;
     for (int h = 1; h < kRotationBlock; h *= 2) {
@@ -41,33 +44,80 @@ __attribute__((target_clones("avx2", "default"))) void hadamard(float* data, int
         }
       }
     }
-    for (int i = 0; i < kRotationBlock; ++i) x[i] *= 0.125f;  // 1/sqrt(64)
+    for (int i = 0; i < kRotationBlock; ++i) x[i] *= 0.125f;
   }
+}
+
+// The same passes on eight AVX registers: h = 1, 2, 4 inside each register (the partner
+// comes from a permute; the upper element of a pair takes partner - self), h = 8, 16, 32
+// between registers. Same additions in the same order: the results are bit-identical.
+__attribute__((target("avx2"))) void hadamardAvx2(float* data, int64_t blocks) {
+  const __m256 eighth = _mm256_set1_ps(0.125f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* x = data + b * kRotationBlock;
+    __m256 r[8];
+    for (int k = 0; k < 8; ++k) {
+      __m256 v = _mm256_loadu_ps(x + 8 * k);
+      __m256 t = _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));  // h = 1
+      v = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xAA);
+      t = _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2));  // h = 2
+      v = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xCC);
+      t = _mm256_permute2f128_ps(v, v, 0x01);  // h = 4
+      r[k] = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xF0);
+    }
+    for (int d = 1; d < 8; d *= 2) {  // h = 8, 16, 32
+      for (int i = 0; i < 8; i += 2 * d) {
+        for (int k = i; k < i + d; ++k) {
+          const __m256 a = r[k], c = r[k + d];
+          r[k] = _mm256_add_ps(a, c);
+          r[k + d] = _mm256_sub_ps(a, c);
+        }
+      }
+    }
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(x + 8 * k, _mm256_mul_ps(r[k], eighth));
+  }
+}
+
+void hadamard(float* data, int64_t blocks) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  avx2 ? hadamardAvx2(data, blocks) : hadamardPortable(data, blocks);
 }
 
 class RotationCodec : public Codec {
  public:
-  explicit RotationCodec(CodecPtr inner) : inner_(std::move(inner)) {}
+  explicit RotationCodec(CodecPtr inner) : inner_(std::move(inner)), fusedInt4_(inner_->spec() == "int4") {}
 
   std::string spec() const override { return chainSpec(*inner_, "rot"); }
 
   EncodedTensor encode(const at::Tensor& input) override {
     const at::Tensor x = floatInput("rot", input);
-    requireFinite("rot", x);
     const int64_t n = x.numel(), padded = paddedLength(n);
-    at::Tensor rotated = torch::zeros({padded});
-    std::memcpy(rotated.data_ptr<float>(), x.data_ptr<float>(), sizeof(float) * static_cast<size_t>(n));
-    hadamard(rotated.data_ptr<float>(), padded / kRotationBlock);
     EncodedTensor out = encodedHeader(spec(), input);
+    if (fusedInt4_) {
+      out.payload = encodeFusedInt4(x);
+      return out;
+    }
+    requireFinite("rot", x);
+    at::Tensor rotated = torch::empty({padded});
+    float* data = rotated.data_ptr<float>();
+    std::memcpy(data, x.data_ptr<float>(), sizeof(float) * static_cast<size_t>(n));
+    std::fill(data + n, data + padded, 0.f);
+    hadamard(data, padded / kRotationBlock);
     out.payload = encodePart(*inner_, rotated);
     return out;
   }
 
   at::Tensor decode(const EncodedTensor& encoded) override {
     const int64_t n = elementCount(encoded.shape), padded = paddedLength(n);
-    at::Tensor rotated = decodePart(*inner_, encoded.payload, {padded}).to(torch::kFloat).contiguous();
-    hadamard(rotated.data_ptr<float>(), padded / kRotationBlock);
-    return rotated.narrow(0, 0, n).view(encoded.shape).to(toScalarType(encoded.dtype));
+    at::Tensor restored;
+    if (fusedInt4_) {
+      restored = decodeFusedInt4(encoded.payload, n);
+    } else {
+      restored = decodePart(*inner_, encoded.payload, {padded}).to(torch::kFloat).contiguous();
+      hadamard(restored.data_ptr<float>(), padded / kRotationBlock);
+      restored = restored.narrow(0, 0, n);
+    }
+    return restored.view(encoded.shape).to(toScalarType(encoded.dtype));
   }
 
   CodecState state() const override { return prefixedState("inner.", inner_->state()); }
@@ -79,7 +129,62 @@ class RotationCodec : public Codec {
   }
 
  private:
+  // "int4+rot" a block at a time: rotate 64 floats in registers and quantise them straight
+  // into the payload, one pass, no rotated copy. The bytes are exactly the unfused path's
+  // (int4 of the rotated, zero-padded vector).
+  std::string encodeFusedInt4(const at::Tensor& x) const {
+    const int64_t n = x.numel(), padded = paddedLength(n);
+    std::string payload(int4Size(padded), '\0');
+    char* scales = payload.data();
+    auto* packed = reinterpret_cast<uint8_t*>(payload.data() + int4Blocks(padded) * 4);
+    const float* data = x.data_ptr<float>();
+    float block[kRotationBlock];
+    for (int64_t b = 0; b < padded / kRotationBlock; ++b) {
+      const int64_t begin = b * kRotationBlock, count = std::min(kRotationBlock, n - begin);
+      std::memcpy(block, data + begin, sizeof(float) * static_cast<size_t>(count));
+      std::fill(block + count, block + kRotationBlock, 0.f);
+      hadamard(block, 1);
+      for (int64_t half = 0; half < kRotationBlock / kInt4Block; ++half) {
+        const int64_t index = b * (kRotationBlock / kInt4Block) + half;
+        const uint32_t bits = encodeInt4Block(block + half * kInt4Block, packed + index * kInt4Block / 2);
+        if (bits >= kNonFiniteBits) {
+          requireFinite("rot", x);  // throws, counting them
+          throw Error("rot: rotating overflowed float32 (inputs near 3.4e38)");
+        }
+        const float scale = bitsToFloat(bits) / 7.f;
+        std::memcpy(scales + 4 * index, &scale, 4);
+      }
+    }
+    return payload;
+  }
+
+  at::Tensor decodeFusedInt4(const std::string& payload, int64_t n) const {
+    const int64_t padded = paddedLength(n);
+    if (payload.size() != int4Size(padded)) {
+      throw WireError("rot: int4 payload of " + std::to_string(payload.size()) + " bytes, expected " +
+                      std::to_string(int4Size(padded)));
+    }
+    const char* scales = payload.data();
+    const auto* packed = reinterpret_cast<const uint8_t*>(payload.data() + int4Blocks(padded) * 4);
+    at::Tensor out = torch::empty({n}, torch::kFloat);
+    float* data = out.data_ptr<float>();
+    float block[kRotationBlock];
+    for (int64_t b = 0; b < padded / kRotationBlock; ++b) {
+      for (int64_t half = 0; half < kRotationBlock / kInt4Block; ++half) {
+        const int64_t index = b * (kRotationBlock / kInt4Block) + half;
+        float scale;
+        std::memcpy(&scale, scales + 4 * index, 4);
+        decodeInt4Block(packed + index * kInt4Block / 2, scale, block + half * kInt4Block);
+      }
+      hadamard(block, 1);
+      const int64_t begin = b * kRotationBlock;
+      std::memcpy(data + begin, block, sizeof(float) * static_cast<size_t>(std::min(kRotationBlock, n - begin)));
+    }
+    return out;
+  }
+
   CodecPtr inner_;
+  bool fusedInt4_;
 };
 
 }  // namespace
