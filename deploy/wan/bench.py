@@ -11,7 +11,8 @@ Every run is a real job through real daemons; figures are steady state: the mean
 after the last plan took effect (the first step under a plan, and profiling, are left out).
 Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch] [tables]
   tables: any of "abc" (default all); SEEDS=n (default 3) runs table b over seeds 1..n and
-  reports each strategy's mean step time and its validation loss as mean (min-max).
+  reports each strategy's mean step time and its validation loss as mean (min-max);
+  STRATEGIES="F/B,F/B" replaces table b's rows (forward/backward codec specs).
 """
 import json
 import os
@@ -109,6 +110,8 @@ def compression_table():
     print("|---|---:|---:|---:|---|---|")
     strategies = [("none", "none"), ("fp16", "fp16"), ("int8", "int8"), ("fp16+svd:0.6", "int8"),
                   ("fp16+svd:0.2", "int8"), ("topk:0.1", "topk:0.1")]
+    if os.environ.get("STRATEGIES"):  # "F/B,F/B": these rows instead
+        strategies = [tuple(pair.split("/", 1)) for pair in os.environ["STRATEGIES"].split(",")]
     runs = with_testbed("100:20", lambda: [(f, b, [run_job(2, f, b, seed=k) for k in range(1, SEEDS + 1)])
                                            for f, b in strategies])
     base = sum(r["step_s"] for r in runs[0][2]) / SEEDS
