@@ -7,7 +7,12 @@
 namespace skytrain::stages {
 
 at::Tensor Stage::loss(const at::Tensor& output, const at::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), targets.reshape({-1}));
+  const at::Tensor flat = targets.reshape({-1});
+  // -100 is cross_entropy's ignore_index (a masked LM's unmasked positions). A micro-batch
+  // with no target left — one short sample can draw no mask at all — has nothing to learn:
+  // its loss is zero with a zero gradient, not the 0/0 = NaN of a mean over nothing.
+  if (!(flat != -100).any().item<bool>()) return output.sum() * 0.0;
+  return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), flat);
 }
 
 at::Tensor Stage::generate(const at::Tensor&, int) { throw Error("this stage does not generate text"); }

@@ -81,10 +81,20 @@ def with_testbed(links, fn):
         testbed("down")
 
 
+def link_limit(r, stages, rate_mbit, delay_s):
+    """The link's bound on the step time: the busiest link's bytes in one direction over its
+    rate (links are full duplex and each carries 1/(p-1) of the bytes; the two directions are
+    taken as equal, which is exact for none/none and generous to compressed backward), plus
+    the round trip the pipeline's fill and drain cannot hide: 2(p-1) one-way delays."""
+    per_direction = r["bytes"] / (stages - 1) / 2
+    return per_direction / (rate_mbit * 1e6 / 8) + 2 * (stages - 1) * delay_s
+
+
 def throughput_tables():
     print(f"### a. Throughput against the single cloud ({STEPS} steps a run)\n")
-    print("| stages | links | strategy | m, schedule | samples/s | ratio to unshaped |")
-    print("|---:|---|---|---|---:|---:|")
+    print("| stages | links | strategy | m, schedule | samples/s | ratio to unshaped | step s | link limit s | "
+          "compute limit s | larger limit / step |")
+    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
     results = {}
     for stages in (2, 3):
         for rate in ("inf", "100", "1000"):
@@ -97,10 +107,12 @@ def throughput_tables():
                 results[(stages, rate, strategy)] = r
                 base = results[(stages, "inf", "none")]["samples_per_s"]
                 label = "unshaped (single cloud)" if rate == "inf" else f"{rate} Mbit/s, 20 ms"
+                compute = results[(stages, "inf", strategy)]["step_s"]
+                link = 0.0 if rate == "inf" else link_limit(r, stages, float(rate), 0.020)
                 print(f"| {stages} | {label} | `{strategy}` | {r['m']}, {r['schedule']} | "
-                      f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f} |")
+                      f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f} | {r['step_s']:.4f} | "
+                      f"{link:.4f} | {compute:.4f} | {max(link, compute) / r['step_s']:.2f} |")
     print()
-    return results
 
 
 def compression_table():

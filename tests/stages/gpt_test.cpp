@@ -171,3 +171,18 @@ TEST_CASE("bad split points are refused") {
   CHECK_THROWS_WITH(makeGptStage(withSplit(4, SplitPoint::Layer::Fc, 8, false), 0, 4, 0), Catch::Contains("block 4"));
   CHECK_THROWS_WITH(makeGptStage(withSplit(1, SplitPoint::Layer::Fc, 33, false), 0, 4, 0), Catch::Contains("rank 33"));
 }
+
+TEST_CASE("a loss over masked targets only is zero, with a zero gradient, not NaN") {
+  auto stage = makeGptStage(tiny(), 0, 4, 7);
+  // As the runner does: the loss's gradient is taken w.r.t. the stage's (detached) output.
+  const at::Tensor logits = stage->forward(0, torch::randint(0, 50, {1, 12}, torch::kLong)).detach().requires_grad_(true);
+  const at::Tensor none = torch::full({1, 12}, -100, torch::kLong);  // a short masked-LM sample with no mask drawn
+  const at::Tensor loss = stage->loss(logits, none);
+  CHECK(loss.item<double>() == 0.0);
+  const at::Tensor grad = torch::autograd::grad({loss}, {logits})[0];
+  CHECK(grad.abs().max().item<double>() == 0.0);
+  at::Tensor some = none.clone();
+  some[0][3] = 7;
+  CHECK(std::isfinite(stage->loss(logits, some).item<double>()));
+  CHECK(stage->loss(logits, some).item<double>() > 0.0);
+}
