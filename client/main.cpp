@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   auto* probe = app.add_subcommand("probe", "measure bandwidth, round trip and per-message overhead to a daemon's data port");
   probe->add_option("endpoint", options.daemon, "the daemon's control endpoint (default: --daemon)");
   probe->add_flag("--json", probeJson, "print the figures as JSON");
-  probe->add_option("--bytes", probeBytes, "the large probe frame's payload")->capture_default_str()->check(CLI::Range(4096, 1 << 28));
+  probe->add_option("--bytes", probeBytes, "the middle probe frame's payload (the large one is 3x)")->capture_default_str()->check(CLI::Range(4096, 1 << 28));
   int64_t exportStep = -1;
   auto* exportCmd = app.add_subcommand("export", "write a job's weights, merged from every stage, as one safetensors file");
   exportCmd->add_option("job", job, "job id")->required();

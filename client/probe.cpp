@@ -95,25 +95,29 @@ class Prober {
 nlohmann::json probeDataEndpoint(zmq::context_t& context, const std::string& dataEndpoint,
                                  const protocol::ClientSecurity& security, const ProbeOptions& options) {
   Prober prober(context, dataEndpoint, security, options.timeout);
-  const size_t bigFloats = std::max<size_t>(1, options.bigBytes / 4);
+  const size_t midFloats = std::max<size_t>(1, options.bigBytes / 4), bigFloats = 3 * midFloats;
   prober.fastestRoundTrip(1, 2);  // connects and completes the CURVE handshake first
   const double small = prober.fastestRoundTrip(1, options.roundTrips);
-  const double big = prober.fastestRoundTrip(bigFloats, std::max(2, options.roundTrips / 2));
+  const int bigTrips = std::max(2, options.roundTrips / 2);
+  const double mid = prober.fastestRoundTrip(midFloats, bigTrips);
+  const double big = prober.fastestRoundTrip(bigFloats, bigTrips);
   const double burst = prober.burst(options.burst);
-  const double smallBytes = static_cast<double>(compression::frameHeaderBytes(1, 4) + 4);
-  const double bigBytes = static_cast<double>(compression::frameHeaderBytes(1, 4) + 4 * bigFloats);
-  // As the planner: the big probe's extra round trip is its extra bytes over the bandwidth;
-  // the small one's round trip is twice the one-way delay. Back to back, each further tiny
-  // message costs what a message costs beyond the round trip.
-  const double transfer = std::max(1e-7, big - small);
+  auto frameBytes = [](size_t floats) { return static_cast<double>(compression::frameHeaderBytes(1, 4) + 4 * floats); };
+  // As the planner: the bandwidth is the slope between two large frames (a link's burst
+  // allowance counts in both and cancels); the tiny frame's round trip is twice the one-way
+  // delay. Back to back, each further tiny message costs what a message costs beyond the
+  // round trip.
+  const double transfer = std::max(1e-7, big - mid);
   return {{"data_endpoint", dataEndpoint},
-          {"bandwidth_bytes_per_s", (bigBytes - smallBytes) / transfer},
+          {"bandwidth_bytes_per_s", (frameBytes(bigFloats) - frameBytes(midFloats)) / transfer},
           {"delay_s", small / 2},
           {"overhead_s", std::max(0.0, (burst - small) / std::max(1, options.burst - 1))},
           {"rtt_small_s", small},
+          {"rtt_mid_s", mid},
           {"rtt_big_s", big},
-          {"small_bytes", smallBytes},
-          {"probe_bytes", bigBytes},
+          {"small_bytes", frameBytes(1)},
+          {"mid_bytes", frameBytes(midFloats)},
+          {"probe_bytes", frameBytes(bigFloats)},
           {"round_trips", options.roundTrips},
           {"burst", options.burst}};
 }
@@ -124,13 +128,13 @@ std::string formatProbe(const nlohmann::json& r) {
                 "link to %s\n"
                 "  round trip          %10.3f ms   (%.0f-byte frame, fastest of %d)\n"
                 "  one-way delay       %10.3f ms   (half the round trip)\n"
-                "  bandwidth           %10s/s  (%s frame: its extra round trip %.3f ms)\n"
+                "  bandwidth           %10s/s  (%s against %s frames: %.3f ms more)\n"
                 "  per-message overhead %9.3f ms   (%d frames back to back)\n",
                 r["data_endpoint"].get<std::string>().c_str(), 1e3 * r["rtt_small_s"].get<double>(),
                 r["small_bytes"].get<double>(), r["round_trips"].get<int>(), 1e3 * r["delay_s"].get<double>(),
                 formatBytes(r["bandwidth_bytes_per_s"].get<double>()).c_str(),
-                formatBytes(r["probe_bytes"].get<double>()).c_str(),
-                1e3 * (r["rtt_big_s"].get<double>() - r["rtt_small_s"].get<double>()), 1e3 * r["overhead_s"].get<double>(),
+                formatBytes(r["probe_bytes"].get<double>()).c_str(), formatBytes(r["mid_bytes"].get<double>()).c_str(),
+                1e3 * (r["rtt_big_s"].get<double>() - r["rtt_mid_s"].get<double>()), 1e3 * r["overhead_s"].get<double>(),
                 r["burst"].get<int>());
   return text;
 }

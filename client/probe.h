@@ -1,7 +1,8 @@
 // `skytrain probe`: measures the link to a daemon through its data port, authenticated, as
 // the planner measures a link between stages — round trip of a tiny frame, bandwidth from
-// a large frame's extra round-trip time, and per-message overhead from a burst of tiny
-// frames — so a user can see a link before placing stages on it.
+// the extra round-trip time of a large frame over a middle one (a burst allowance cancels
+// out), and per-message overhead from a burst of tiny frames — so a user can see a link
+// before placing stages on it.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,7 +15,7 @@
 namespace skytrain::client {
 
 struct ProbeOptions {
-  size_t bigBytes = 1 << 20;  // the large frame's payload (the planner probes with >= 1 MiB)
+  size_t bigBytes = 1 << 20;  // the middle frame's payload; the large one is three times it
   int roundTrips = 8;         // per frame size; the fastest counts
   int burst = 64;             // tiny frames sent back to back for the overhead
   std::chrono::milliseconds timeout{10000};  // per reply

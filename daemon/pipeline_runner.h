@@ -153,7 +153,8 @@ class PipelineRunner {
   // Times round trips to stage `to` over next_: tiny probes, then the job's frame `job`
   // (zeros of minBytes when smaller); probe i carries micro-batch index(i). The link's
   // bandwidth, one-way delay and the round trips.
-  static constexpr int kProbes = 4;  // round trips per probe size; the fastest counts
+  static constexpr int kProbes = 4;      // round trips per probe size; the fastest counts
+  static constexpr int kProbeSizes = 3;  // tiny, the job's frame, three times that (measureLink)
   nlohmann::json measureLink(uint64_t step, compression::EncodedTensor job, size_t minBytes, uint16_t to,
                              const std::function<uint32_t(int)>& index);
   uint16_t consumerStage() const { return static_cast<uint16_t>(spec_.stages.size() - 1); }

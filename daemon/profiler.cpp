@@ -162,7 +162,7 @@ Json PipelineRunner::probeLinks(uint64_t step) {
   };
   const at::Tensor tiny = torch::zeros({1});
   if (!isFirst()) {  // echo the previous stage's probes with a tiny reply
-    for (int i = 0; i < 2 * kProbes; ++i) {
+    for (int i = 0; i < kProbeSizes * kProbes; ++i) {
       awaitFrame(*previous_, FrameDirection::Probe, step, i);
       previous_->send(frame(FrameDirection::ProbeReply, i, static_cast<uint16_t>(stage_ - 1), tiny));
     }
@@ -177,34 +177,40 @@ Json PipelineRunner::probeLinks(uint64_t step) {
 
 Json PipelineRunner::measureLink(uint64_t step, compression::EncodedTensor job, size_t minBytes, uint16_t to,
                                  const std::function<uint32_t(int)>& index) {
-  auto probe = [&](int i, compression::EncodedTensor tensor) {
+  auto probe = [&](int i, const compression::EncodedTensor& tensor) {
     compression::TensorFrame f = frameFor(FrameDirection::Probe, step, static_cast<int>(index(i)), to);
-    f.tensor = std::move(tensor);
+    f.tensor = tensor;
     return f;
   };
   const compression::EncodedTensor tiny = decoderFor("none").encode(torch::zeros({1}));
   const double jobBytes = static_cast<double>(compression::frameBytes(job));
   if (compression::frameBytes(job) < minBytes) job = decoderFor("none").encode(torch::zeros({static_cast<int64_t>(minBytes / 4)}));
-  const double smallBytes = static_cast<double>(compression::frameBytes(tiny));
-  const double bigBytes = static_cast<double>(compression::frameBytes(job));
-  double smallRtt = 1e30, bigRtt = 1e30;
-  for (int i = 0; i < 2 * kProbes; ++i) {
+  // Three sizes: tiny (the round trip), the job's frame, and one three times larger. The
+  // bandwidth is the slope between the two large ones, so a link's burst allowance (a token
+  // bucket lets its first bytes through at line rate) counts in both and cancels out.
+  const int64_t bigFloats = static_cast<int64_t>(3 * (job.payload.size() / 4 + 1));
+  const compression::EncodedTensor big = decoderFor("none").encode(torch::zeros({bigFloats}));
+  const compression::EncodedTensor* sizes[kProbeSizes] = {&tiny, &job, &big};
+  double rtt[kProbeSizes] = {1e30, 1e30, 1e30};
+  for (int i = 0; i < kProbeSizes * kProbes; ++i) {
+    const int size = i / kProbes;
     const auto start = Clock::now();
-    next_->send(probe(i, i < kProbes ? tiny : job));
+    next_->send(probe(i, *sizes[size]));
     awaitFrame(*next_, FrameDirection::ProbeReply, step, static_cast<int>(index(i)));
-    double& rtt = i < kProbes ? smallRtt : bigRtt;
-    rtt = std::min(rtt, secondsSince(start));
+    rtt[size] = std::min(rtt[size], secondsSince(start));
   }
-  // The big probe's extra round-trip time is its extra bytes over the bandwidth; the small
-  // probe's round trip is twice the one-way delay (per-message overhead folded into it).
-  const double transfer = std::max(1e-7, bigRtt - smallRtt);
-  return {{"bandwidth_bytes_per_s", (bigBytes - smallBytes) / transfer},
-          {"delay_s", smallRtt / 2},
+  // The tiny probe's round trip is twice the one-way delay (per-message overhead folded in).
+  const double midBytes = static_cast<double>(compression::frameBytes(job));
+  const double bigBytes = static_cast<double>(compression::frameBytes(big));
+  const double transfer = std::max(1e-7, rtt[2] - rtt[1]);
+  return {{"bandwidth_bytes_per_s", (bigBytes - midBytes) / transfer},
+          {"delay_s", rtt[0] / 2},
           {"overhead_s", 0.0},
           {"probe_bytes", bigBytes},
           {"job_frame_bytes", jobBytes},
-          {"rtt_small_s", smallRtt},
-          {"rtt_big_s", bigRtt}};
+          {"rtt_small_s", rtt[0]},
+          {"rtt_job_s", rtt[1]},
+          {"rtt_big_s", rtt[2]}};
 }
 
 }  // namespace skytrain::daemon
