@@ -103,7 +103,8 @@ void JobPrinter::step(const nlohmann::json& row, int stepsTotal) {
 std::string JobPrinter::bar(const nlohmann::json& row, int stepsTotal, double secondsPerStep, int columns) {
   const int done = row.value("step", 0) + 1;
   const double fraction = stepsTotal > 0 ? std::min(1.0, static_cast<double>(done) / stepsTotal) : 0.0;
-  const double loss = row["loss"].is_number() ? row["loss"].get<double>() : NAN;
+  const auto found = row.find("loss");  // null on a skipped step; absent never, but a reply is not trusted
+  const double loss = found != row.end() && found->is_number() ? found->get<double>() : NAN;
   char tail[160];
   std::snprintf(tail, sizeof tail, " %d/%d %3.0f%%  ETA %s  loss %.4f  %.0f tok/s", done, stepsTotal, 100 * fraction,
                 duration(secondsPerStep * (stepsTotal - done)).c_str(), loss, row.value("tokens_per_s", 0.0));
