@@ -30,17 +30,21 @@ std::string readSpec(const std::string& path) {
   return text.str();
 }
 
-// Runs a command, printing any error; a failed request exits with kRefused.
-template <typename Fn>
-int guarded(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const SpecError& e) {
-    std::cerr << "error: job spec refused: " << e.path() << ": " << e.what() + e.path().size() + 2 << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-  }
-  return kRefused;
+
+// What of a job's status has been printed: plans, events and evals by count (step rows are
+// asked for from a step on, so the reply holds only new ones).
+struct Shown {
+  size_t plans = 0, events = 0, evals = 0;
+};
+
+// Prints what `status` holds past `shown`, in the order it happened to each kind.
+void printNew(JobPrinter& printer, const Json& status, Shown& shown) {
+  for (; shown.plans < status["plans"].size(); ++shown.plans) printer.plan(status["plans"][shown.plans], shown.plans == 0);
+  for (; shown.events < status["events"].size(); ++shown.events) printer.event(status["events"][shown.events]);
+  for (const auto& step : status["steps"]) printer.step(step, status["steps_total"]);
+  // A restart drops the evals after its checkpoint: show only those past what was shown.
+  shown.evals = std::min(shown.evals, status["evals"].size());
+  for (; shown.evals < status["evals"].size(); ++shown.evals) printer.eval(status["evals"][shown.evals]);
 }
 
 // Streams a job's plans, steps, evals and events from step `shown` until it ends. A daemon
@@ -49,7 +53,7 @@ int guarded(Fn&& fn) {
 int streamUntilDone(protocol::ControlClient& client, const ClientOptions& options, const std::string& job,
                     size_t shown = 0) {
   JobPrinter printer(std::cout, outputModeFor(options.json, STDOUT_FILENO));
-  size_t plansShown = 0, eventsShown = 0, evalsShown = 0;
+  Shown printed;
   auto lostSince = std::chrono::steady_clock::now();
   bool lost = false;
   while (true) {
@@ -69,12 +73,7 @@ int streamUntilDone(protocol::ControlClient& client, const ClientOptions& option
       continue;
     }
     const Json& status = reply["job"];
-    for (; plansShown < status["plans"].size(); ++plansShown) printer.plan(status["plans"][plansShown], plansShown == 0);
-    for (; eventsShown < status["events"].size(); ++eventsShown) printer.event(status["events"][eventsShown]);
-    for (const auto& step : status["steps"]) printer.step(step, status["steps_total"]);
-    // A restart drops the evals after its checkpoint: show only those past what was shown.
-    evalsShown = std::min(evalsShown, status["evals"].size());
-    for (; evalsShown < status["evals"].size(); ++evalsShown) printer.eval(status["evals"][evalsShown]);
+    printNew(printer, status, printed);
     // Steps after a restart's checkpoint are run again: follow the table as it is now.
     shown = std::min<size_t>(shown, status["steps_done"].get<size_t>()) + status["steps"].size();
     const std::string state = status["state"];
@@ -98,6 +97,17 @@ std::string firstOf(const std::string& flag, const char* env, const std::string&
 }
 
 }  // namespace
+
+int guarded(const std::function<int()>& command) {
+  try {
+    return command();
+  } catch (const SpecError& e) {
+    std::cerr << "error: job spec refused: " << e.path() << ": " << e.what() + e.path().size() + 2 << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return kRefused;
+}
 
 protocol::ClientSecurity resolveSecurity(const IdentityOptions& identity, const std::string& daemon) {
   if (identity.insecure) {
@@ -229,10 +239,8 @@ int logs(const ClientOptions& options, const std::string& job, bool follow) {
     const Json status = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", 0}}, options.timeout)["job"];
     // What happened so far, as lines (never a bar: nothing is followed).
     JobPrinter printer(std::cout, options.json ? OutputMode::Json : OutputMode::Lines);
-    for (size_t i = 0; i < status["plans"].size(); ++i) printer.plan(status["plans"][i], i == 0);
-    for (const auto& event : status["events"]) printer.event(event);
-    for (const auto& step : status["steps"]) printer.step(step, status["steps_total"]);
-    for (const auto& eval : status["evals"]) printer.eval(eval);
+    Shown none;
+    printNew(printer, status, none);
     return 0;
   });
 }

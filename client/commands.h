@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "daemon/protocol/control.h"
@@ -24,6 +25,10 @@ struct IdentityOptions {
   std::string knownDaemons;  // --known-daemons, $SKYTRAIN_KNOWN_DAEMONS, ~/.config/skytrain/known_daemons
   bool insecure = false;     // --insecure: plaintext, for an insecure loopback daemon
 };
+
+// Runs a command's body and returns its exit code; an exception is printed as "error: ..."
+// (a refused spec with the JSON path of the bad field) and exits 2.
+int guarded(const std::function<int()>& command);
 
 // The client's key pair and the daemon's public key. Throws skytrain::Error saying what
 // is missing; an unknown daemon key is an error, never trusted on first use.

@@ -17,19 +17,8 @@ namespace {
 
 using protocol::Json;
 
-constexpr int kRefused = 2;
 constexpr int64_t kAfterEveryStep = int64_t{1} << 30;  // `since` that returns no step rows
 constexpr uint64_t kMaxStageWeightBytes = uint64_t{1} << 44;
-
-template <typename Fn>
-int reported(Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-  }
-  return kRefused;
-}
 
 Json jobStatus(zmq::context_t& context, const ClientOptions& options, const std::string& job, int64_t since) {
   protocol::ControlClient client(context, options.daemon, options.security);
@@ -79,7 +68,7 @@ uint64_t fetchStage(zmq::context_t& context, const ClientOptions& options, const
 
 int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out, int64_t step) {
   std::vector<std::string> parts;
-  const int code = reported([&] {
+  const int code = guarded([&] {
     zmq::context_t context;
     const Json status = jobStatus(context, options, job, kAfterEveryStep);
     if (step >= 0) {
@@ -113,7 +102,7 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
 
 int plot(const ClientOptions& options, const std::vector<std::string>& jobs, const std::string& out,
          const PlotOptions& plotOptions) {
-  return reported([&] {
+  return guarded([&] {
     zmq::context_t context;
     std::vector<Json> statuses;
     for (const auto& job : jobs) statuses.push_back(jobStatus(context, options, job, 0));
@@ -130,8 +119,8 @@ int plot(const ClientOptions& options, const std::vector<std::string>& jobs, con
   });
 }
 
-int probe(const ClientOptions& options, bool json, size_t bigBytes) {
-  return reported([&] {
+int probe(const ClientOptions& options, size_t bigBytes) {
+  return guarded([&] {
     zmq::context_t context;
     protocol::ControlClient control(context, options.daemon, options.security);
     const Json ping = control.request({{"type", protocol::kPing}}, options.timeout);
@@ -139,7 +128,7 @@ int probe(const ClientOptions& options, bool json, size_t bigBytes) {
     probeOptions.bigBytes = bigBytes;
     Json result = probeDataEndpoint(context, ping.at("data").get<std::string>(), options.security, probeOptions);
     result["endpoint"] = options.daemon;
-    if (json) {
+    if (options.json) {
       std::cout << result.dump(2) << "\n";
     } else {
       std::cout << formatProbe(result);

@@ -20,6 +20,6 @@ int plot(const ClientOptions& options, const std::vector<std::string>& jobs, con
          const PlotOptions& plotOptions);
 
 // Measures the link to the daemon at options.daemon through its data port.
-int probe(const ClientOptions& options, bool json, size_t bigBytes);
+int probe(const ClientOptions& options, size_t bigBytes);
 
 }  // namespace skytrain::client

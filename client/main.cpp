@@ -51,11 +51,10 @@ int main(int argc, char** argv) {
   plot->add_option("--x", axis, "horizontal axis: step or time (wall-clock seconds)")
       ->check(CLI::IsMember({"step", "time"}))
       ->capture_default_str();
-  bool probeJson = false;
   size_t probeBytes = 1 << 20;
   auto* probe = app.add_subcommand("probe", "measure bandwidth, round trip and per-message overhead to a daemon's data port");
   probe->add_option("endpoint", options.daemon, "the daemon's control endpoint (default: --daemon)");
-  probe->add_flag("--json", probeJson, "print the figures as JSON");
+  probe->add_flag("--json", options.json, "print the figures as JSON");
   probe->add_option("--bytes", probeBytes, "the middle probe frame's payload (the large one is 3x)")->capture_default_str()->check(CLI::Range(4096, 1 << 28));
   int64_t exportStep = -1;
   auto* exportCmd = app.add_subcommand("export", "write a job's weights, merged from every stage, as one safetensors file");
@@ -93,7 +92,7 @@ int main(int argc, char** argv) {
     plotOptions.x = axis == "time" ? client::PlotAxis::WallClock : client::PlotAxis::Step;
     return client::plot(options, jobs, out, plotOptions);
   }
-  if (*probe) return client::probe(options, probeJson, probeBytes);
+  if (*probe) return client::probe(options, probeBytes);
   if (*exportCmd) return client::exportWeights(options, job, out, exportStep);
   return 2;
 }

@@ -21,8 +21,8 @@ CodecPtr makeInt4Codec(const std::string& argument, CodecPtr inner);
 CodecPtr makeTopKCodec(const std::string& argument, CodecPtr inner);  // "topk:<fraction>"
 CodecPtr makeSvdCodec(const std::string& argument, CodecPtr inner);   // "svd:<ratio>" | "svd:rank=<r>"
 CodecPtr makeTokenCodec(const std::string& argument, CodecPtr inner);  // "tokens": IDs + bit-packed labels
-CodecPtr makeZstdCodec(const std::string& argument, CodecPtr inner);
-CodecPtr makeRotationCodec(const std::string& argument, CodecPtr inner);  // "<inner>+rot": Hadamard rotation   // "<inner>+zstd": lossless bytes
+CodecPtr makeZstdCodec(const std::string& argument, CodecPtr inner);      // "<inner>+zstd": lossless bytes
+CodecPtr makeRotationCodec(const std::string& argument, CodecPtr inner);  // "<inner>+rot": Hadamard rotation
 // Adds each message's residual (input minus what the receiver decodes) to the next one.
 CodecPtr makeErrorFeedbackCodec(CodecPtr inner);
 

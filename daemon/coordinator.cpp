@@ -54,6 +54,7 @@ protocol::ControlClient Coordinator::clientFor(int stage) {
 void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
   const int stages = static_cast<int>(spec_.stages.size());
   std::vector<std::string> data(stages);
+  const std::string owner = table_.owner(jobId_).first;  // who may export the stages' weights
   for (int i = 0; i < stages; ++i) {
     try {
       protocol::StagePrepare prepare;
@@ -61,7 +62,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.stage = i;
       prepare.spec = specText_;
       prepare.coordinator = options_.selfControl;
-      prepare.owner = table_.owner(jobId_).first;
+      prepare.owner = owner;
       prepare.attempt = attempt;
       prepare.resumeStep = fromStep;
       const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);

@@ -150,9 +150,10 @@ class PipelineRunner {
   // The compute profile's record: the measured fits' points and what every profile adds.
   nlohmann::json computeProfile(nlohmann::json forward, nlohmann::json backward, nlohmann::json outputBytes,
                                 nlohmann::json gradientBytes) const;
-  // Times round trips to stage `to` over next_: tiny probes, then the job's frame `job`
-  // (zeros of minBytes when smaller); probe i carries micro-batch index(i). The link's
-  // bandwidth, one-way delay and the round trips.
+  // Times round trips to stage `to` over next_: tiny probes, the job's frame `job` (zeros
+  // of minBytes when smaller), then a frame three times that; probe i carries micro-batch
+  // index(i). The link's one-way delay (the tiny round trip), its bandwidth (the slope
+  // between the two large frames) and the round trips.
   static constexpr int kProbes = 4;      // round trips per probe size; the fastest counts
   static constexpr int kProbeSizes = 3;  // tiny, the job's frame, three times that (measureLink)
   nlohmann::json measureLink(uint64_t step, compression::EncodedTensor job, size_t minBytes, uint16_t to,

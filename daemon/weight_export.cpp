@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string_view>
 
 #include "daemon/checkpoint.h"
 #include "daemon/files.h"
@@ -15,7 +16,7 @@
 namespace skytrain::daemon {
 namespace {
 
-constexpr const char* kParamPrefix = "param/";  // a checkpoint's parameters (runner_state.cpp)
+constexpr std::string_view kParamPrefix = "param/";  // a checkpoint's parameters (runner_state.cpp)
 
 std::string ownerPath(const std::string& jobDir, int stage) {
   return jobDir + "/stage-" + std::to_string(stage) + ".owner.json";
@@ -40,7 +41,7 @@ std::string checkpointExport(const std::string& jobDir, const std::string& job, 
   const StageSnapshot snapshot = loadCheckpoint(jobDir, job, step, stage);
   stages::SafeTensors out;
   for (const auto& [tensorName, tensor] : snapshot.tensors.tensors) {
-    if (tensorName.rfind(kParamPrefix, 0) == 0) out.tensors.emplace_back(tensorName.substr(6), tensor);
+    if (tensorName.rfind(kParamPrefix, 0) == 0) out.tensors.emplace_back(tensorName.substr(kParamPrefix.size()), tensor);
   }
   out.metadata = {{"format", "pt"}, {"skytrain_job", job}, {"skytrain_stage", std::to_string(stage)},
                   {"skytrain_step", std::to_string(step)}};
