@@ -1,12 +1,12 @@
 // What `skytrain export` applies to a stage daemon's bytes: base64Decode on a chunk
 // (daemon/protocol/base64.h) and the Torch-free safetensors header check before merging
-// (client/safetensors_merge.h). Each parses or refuses with skytrain::Error; a header it
+// (compression/safetensors_header.h). Each parses or refuses with skytrain::Error; a header it
 // accepts describes tensors that tile the data part of the file exactly.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "client/safetensors_merge.h"
+#include "compression/safetensors_header.h"
 #include "daemon/protocol/base64.h"
 #include "scheduler/error.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const skytrain::Error&) {
   }
   try {
-    const auto header = skytrain::client::parseSafetensorsHeader(bytes, bytes.size(), "fuzz");
+    const auto header = skytrain::compression::parseSafetensorsHeader(bytes, bytes.size(), "fuzz");
     uint64_t at = 0;
     for (const auto& t : header.tensors) {
       FUZZ_REQUIRE(t.begin == at && t.begin <= t.end, t.name);
