@@ -158,21 +158,34 @@ grep -q "no complete checkpoint after step 99" "$work/nostep.err" || fail "no-ch
 echo "$(cut -d' ' -f1 "$work/keys/other.pub") client other" >> "$work/keys/authorized_keys"
 for p in "${daemon_pids[@]}"; do kill -HUP "$p"; done
 sleep 1
-"$python" - "$B" "$(cut -d' ' -f2 <(grep "^$B " "$work/keys/known_daemons"))" "$work/keys/other.key" "$plain" <<'PY' || fail "another user read the weights"
-import json, sys, zmq
-endpoint, server_key, key_file, job = sys.argv[1:]
+# Crafted export requests straight to the stage daemon: a stranger's, and the owner's with a
+# step that has no checkpoint, an offset past the end, a stage never hosted, a bad job id.
+"$python" - "$B" "$(cut -d' ' -f2 <(grep "^$B " "$work/keys/known_daemons"))" "$work/keys" "$plain" <<'PY' || fail "a crafted export was not refused"
+import sys, zmq
+endpoint, server_key, keys, job = sys.argv[1:]
 ctx = zmq.Context()
-s = ctx.socket(zmq.DEALER)
-secret = next(l.split()[1] for l in open(key_file) if l.startswith("secret ")).encode()
-s.curve_secretkey = secret
-s.curve_publickey = zmq.curve_public(secret)
-s.curve_serverkey = server_key.encode()
-s.connect(endpoint)
-s.send_json({"type": "export", "id": 1, "job": job, "stage": 1, "step": -1, "offset": 0})
-assert s.poll(5000), "no reply"
-reply = s.recv_json()
+def ask(key_name, **request):
+    s = ctx.socket(zmq.DEALER)
+    secret = next(l.split()[1] for l in open(f"{keys}/{key_name}.key") if l.startswith("secret ")).encode()
+    s.curve_secretkey = secret
+    s.curve_publickey = zmq.curve_public(secret)
+    s.curve_serverkey = server_key.encode()
+    s.linger = 0
+    s.connect(endpoint)
+    s.send_json(dict({"type": "export", "id": 1, "job": job, "stage": 1, "step": -1, "offset": 0}, **request))
+    assert s.poll(5000), f"no reply to {request}"
+    reply = s.recv_json()
+    s.close()
+    return reply
+reply = ask("other")
 assert reply["ok"] is False and "admin role" in reply["error"], reply
 print("ok: export by another user refused:", reply["error"][:90])
+for request, expected in [({"step": 99}, "no checkpoint after step 99"), ({"offset": 1 << 40}, "past the end"),
+                          ({"stage": 7}, "never hosted"), ({"job": "../../etc"}, "job")]:
+    reply = ask("user", **request)
+    assert reply["ok"] is False and expected in reply["error"], (request, reply)
+print("ok: crafted export requests get errors naming the problem")
+assert ask("user", offset=0)["ok"] is True  # and the daemon still serves the owner
 PY
 "$cli" status "$plain" > /dev/null || fail "daemon A stopped answering"
 for p in "${daemon_pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
