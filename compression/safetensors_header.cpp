@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "scheduler/error.h"
 
@@ -122,16 +123,15 @@ SafetensorsHeader parseSafetensorsHeader(const std::string& prefix, uint64_t fil
     }
     out.tensors.push_back(readEntry(it.key(), *it, dataSize, source));
   }
-  // File order: by offset (the JSON header's own key order is not kept). The tensors must
-  // tile the data part: no gaps, no overlaps, nothing after.
-  std::stable_sort(out.tensors.begin(), out.tensors.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-  std::vector<std::pair<uint64_t, uint64_t>> spans;  // (begin, end): an empty tensor before one starting where it does
-  for (const auto& t : out.tensors) spans.emplace_back(t.begin, t.end);
-  std::sort(spans.begin(), spans.end());
+  // File order: by offset, an empty tensor before one that starts where it does (the JSON
+  // header's own key order is not kept). The tensors must tile the data part: no gaps, no
+  // overlaps, nothing after.
+  std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                   [](const auto& a, const auto& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   uint64_t expected = 0;
-  for (const auto& [begin, end] : spans) {
-    if (begin != expected) bad(source, "tensor data overlap or leave a gap at byte " + std::to_string(expected));
-    expected = end;
+  for (const auto& t : out.tensors) {
+    if (t.begin != expected) bad(source, "tensor data overlap or leave a gap at byte " + std::to_string(expected));
+    expected = t.end;
   }
   if (expected != dataSize) bad(source, std::to_string(dataSize - expected) + " bytes after the last tensor");
   return out;

@@ -72,3 +72,17 @@ TEST_CASE("crafted headers are refused before anything is copied") {
                     Catch::Contains("bad size"));
   CHECK_THROWS_WITH(refused(file(nlohmann::json::array(), "")), Catch::Contains("not a JSON object"));
 }
+
+TEST_CASE("an empty tensor at another's offset comes first in data order") {
+  // Key order ("a" < "b" < "c") puts the 16-byte tensor before the empty one that starts
+  // where it does; data order must not (the fuzzer's find).
+  const std::string bytes = file({{"c", {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 12}}}},
+                                  {"a", {{"dtype", "I64"}, {"shape", {2}}, {"data_offsets", {12, 28}}}},
+                                  {"b", {{"dtype", "F32"}, {"shape", {0, 3}}, {"data_offsets", {12, 12}}}}},
+                                 std::string(28, '\0'));
+  const auto h = skytrain::compression::parseSafetensorsHeader(bytes, bytes.size(), "crafted");
+  REQUIRE(h.tensors.size() == 3);
+  CHECK(h.tensors[0].name == "c");
+  CHECK(h.tensors[1].name == "b");
+  CHECK(h.tensors[2].name == "a");
+}
