@@ -49,18 +49,29 @@ std::string formatPlan(const nlohmann::json& plan) {
                     static_cast<long long>(s["parameters"]["frozen"].get<int64_t>()));
       out += line;
     }
+    if (s.value("allreduce_s", 0.0) > 0) {
+      std::snprintf(line, sizeof line, "           gradient all-reduce among %d replicas: %.2f ms\n",
+                    plan.value("replicas", 1), 1e3 * s["allreduce_s"].get<double>());
+      out += line;
+    }
     for (const auto& init : s.value("init_from", nlohmann::json::array())) {
       out += "           init_from " + init["file"].get<std::string>() + ": " + std::to_string(init["loaded"].get<int>()) +
              " tensors loaded, " + std::to_string(init["from_seed"].get<int>()) + " trainable kept from the seed\n";
     }
   }
-  out += "     m  schedule     step (s)  bubble     sent/step     stash  \n";
+  if (plan.value("replicas", 1) > 1) {
+    std::snprintf(line, sizeof line, "  %d replicas of every stage: %d pipelines of %d samples a step each\n",
+                  plan["replicas"].get<int>(), plan["replicas"].get<int>(), plan.value("batch_per_replica", 0));
+    out += line;
+  }
+  out += "     m  schedule     step (s)  bubble     sent/step     stash  all-reduce\n";
   for (const auto& row : plan["table"]) {
     const bool chosen = row["micro_batches"] == plan["micro_batches"] && row["schedule"] == plan["schedule"];
-    std::snprintf(line, sizeof line, "  %4d  %-11s %9.4f  %6.3f  %12s  %8s%s%s\n", row["micro_batches"].get<int>(),
+    std::snprintf(line, sizeof line, "  %4d  %-11s %9.4f  %6.3f  %12s  %8s  %7.1f ms%s%s\n", row["micro_batches"].get<int>(),
                   row["schedule"].get<std::string>().c_str(), row["step_s"].get<double>(), row["bubble"].get<double>(),
                   formatBytes(row["bytes_per_step"].get<double>()).c_str(),
-                  formatBytes(row["stash_bytes"].get<double>()).c_str(), row["fits"].get<bool>() ? "" : "  (over budget)",
+                  formatBytes(row["stash_bytes"].get<double>()).c_str(), 1e3 * row.value("allreduce_s", 0.0),
+                  row["fits"].get<bool>() ? "" : "  (over budget)",
                   chosen ? "  <- chosen" : "");
     out += line;
   }

@@ -1,13 +1,29 @@
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
+
+#include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <algorithm>
 
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
+
+bool isPrivateAddress(const std::string& address) {
+  unsigned char b[16];
+  if (inet_pton(AF_INET, address.c_str(), b) == 1) {
+    return b[0] == 10 || b[0] == 127 || (b[0] == 172 && (b[1] & 0xf0) == 16) || (b[0] == 192 && b[1] == 168);
+  }
+  if (inet_pton(AF_INET6, address.c_str(), b) == 1) {
+    static const unsigned char loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return std::equal(b, b + 16, loopback) || (b[0] & 0xfe) == 0xfc;
+  }
+  return false;
+}
 
 DaemonConfig parseDaemonConfig(const std::string& text) {
   const auto document = protocol::parseBoundedJson(text, 1 << 20, 8);
@@ -30,7 +46,13 @@ DaemonConfig parseDaemonConfig(const std::string& text) {
   c.memoryBudgetMb = r.integer("memory_budget_mb", c.memoryBudgetMb, 0, int64_t{1} << 40);
   c.prepareTimeoutS = r.number("prepare_timeout_s", c.prepareTimeoutS, 0.1, 86400);
   c.maxFrameMb = r.integer("max_frame_mb", c.maxFrameMb, 1, 1 << 20);
+  c.privateAddress = r.string("private_address", "");
   r.finish();
+  if (!c.privateAddress.empty() && !isPrivateAddress(c.privateAddress)) {
+    throw SpecError("$.private_address", "\"" + c.privateAddress.substr(0, 64) +
+                                             "\" is not a private or loopback IP address (10/8, 172.16/12, 192.168/16, "
+                                             "127/8, ::1, fc00::/7): c10d's Gloo connections have no authentication");
+  }
   if (c.logLevel != "debug" && c.logLevel != "info" && c.logLevel != "warn" && c.logLevel != "error") {
     throw SpecError("$.log_level", "\"" + c.logLevel + "\" is not one of debug, info, warn, error");
   }

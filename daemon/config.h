@@ -45,7 +45,14 @@ struct DaemonConfig {
   std::string logLevel = "info";
   // "text" for people, "json" (one object a line) for log shippers.
   std::string logFormat = "text";
+  // The cluster's private address (an IP literal in 10/8, 172.16/12, 192.168/16, 127/8,
+  // ::1 or fc00::/7): where a replicated stage's c10d Gloo connections bind. Empty: this
+  // daemon hosts no replicated stage.
+  std::string privateAddress;
 };
+
+// True for an IP literal in a private or loopback range (the list above).
+bool isPrivateAddress(const std::string& address);
 
 // Throws skytrain::SpecError naming the JSON path of a bad or unknown field.
 DaemonConfig parseDaemonConfig(const std::string& text);

@@ -47,19 +47,30 @@ Coordinator::~Coordinator() {
   if (thread_.joinable()) thread_.join();
 }
 
-protocol::ControlClient Coordinator::clientFor(int stage) {
-  return protocol::ControlClient(context_, spec_.stages[stage].daemon, {options_.self, options_.stageKeys[stage]});
+protocol::ControlClient Coordinator::clientFor(int slot) {
+  return protocol::ControlClient(context_, protocol::placementOf(spec_, slot).daemon, {options_.self, options_.stageKeys[slot]});
+}
+
+int Coordinator::slots() const { return protocol::slotCount(spec_); }
+
+nlohmann::json Coordinator::addressed(nlohmann::json message, int slot) const {
+  message["job"] = jobId_;
+  message["stage"] = protocol::stageOfSlot(spec_, slot);
+  if (protocol::replicaOfSlot(spec_, slot) > 0) message["replica"] = protocol::replicaOfSlot(spec_, slot);
+  return message;
 }
 
 void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
   const int stages = static_cast<int>(spec_.stages.size());
-  std::vector<std::string> data(stages);
+  std::vector<std::string> data(slots());
   const std::string owner = table_.owner(jobId_).first;  // who may export the stages' weights
-  for (int i = 0; i < stages; ++i) {
+  for (int i = 0; i < slots(); ++i) {
+    const std::string where = protocol::describeSlot(spec_, i) + " (" + protocol::placementOf(spec_, i).daemon + "): ";
     try {
       protocol::StagePrepare prepare;
       prepare.job = jobId_;
-      prepare.stage = i;
+      prepare.stage = protocol::stageOfSlot(spec_, i);
+      prepare.replica = protocol::replicaOfSlot(spec_, i);
       prepare.spec = specText_;
       prepare.coordinator = options_.selfControl;
       prepare.owner = owner;
@@ -68,35 +79,37 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);
       data[i] = reply.at("data_endpoint").get<std::string>();
     } catch (const PeerError& e) {
-      throw PeerError("stage " + std::to_string(i) + " (" + spec_.stages[i].daemon + "): " + e.what());
+      throw PeerError(where + e.what());
     } catch (const std::exception& e) {
-      throw Error("stage " + std::to_string(i) + " (" + spec_.stages[i].daemon + "): " + e.what());
+      throw Error(where + e.what());
     }
   }
+  const int replicas = protocol::replicaCount(spec_);
   // Last stage first: a stage accepts frames only once it knows its neighbours, and frames
   // flow downstream first (probes, activations), so each receiver is ready before its sender.
-  for (int i = stages - 1; i >= 0; --i) {
+  // Replica r of a stage has replica r of its neighbours: one pipeline per copy, so the links
+  // between clouds carry each sample once, whatever the number of copies.
+  for (int slot = slots() - 1; slot >= 0; --slot) {
+    const int i = protocol::stageOfSlot(spec_, slot), r = protocol::replicaOfSlot(spec_, slot);
+    auto at = [&](int stage) { return protocol::slotOf(spec_, stage, r); };
     protocol::StageStart start;
     start.job = jobId_;
     start.stage = i;
+    start.replica = r;
+    start.groupAttempt = replicas > 1 ? attempt : -1;
     if (protocol::isFanIn(spec_)) {  // every producer feeds the last stage
       if (i + 1 < stages) start.next = data[stages - 1], start.nextKey = options_.stageKeys[stages - 1];
       for (int p = 0; i + 1 == stages && p + 1 < stages; ++p) start.producers.push_back({data[p], options_.stageKeys[p]});
     } else {
-      if (i > 0) start.previous = data[i - 1], start.previousKey = options_.stageKeys[i - 1];
-      if (i + 1 < stages) start.next = data[i + 1], start.nextKey = options_.stageKeys[i + 1];
+      if (i > 0) start.previous = data[at(i - 1)], start.previousKey = options_.stageKeys[at(i - 1)];
+      if (i + 1 < stages) start.next = data[at(i + 1)], start.nextKey = options_.stageKeys[at(i + 1)];
     }
-    clientFor(i).request(protocol::toJson(start), kStageRequestTimeout);
+    clientFor(slot).request(protocol::toJson(start), kStageRequestTimeout);
   }
 }
 
 void Coordinator::sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout) {
-  for (int i = 0; i < static_cast<int>(spec_.stages.size()); ++i) {
-    nlohmann::json m = message;
-    m["job"] = jobId_;
-    m["stage"] = i;
-    clientFor(i).request(m, timeout);
-  }
+  for (int i = 0; i < slots(); ++i) clientFor(i).request(addressed(message, i), timeout);
 }
 
 void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step, const std::string& reason) {
@@ -199,7 +212,7 @@ bool Coordinator::waitForStages() {
   double backoff = 0.25;
   while (!stopping_) {
     bool all = true;
-    for (int i = 0; i < static_cast<int>(spec_.stages.size()) && all; ++i) {
+    for (int i = 0; i < slots() && all; ++i) {
       try {
         clientFor(i).request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
       } catch (const std::exception&) {
@@ -236,8 +249,9 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
     throw;
   }
   std::vector<HeartbeatTarget> targets;
-  for (int i = 0; i < static_cast<int>(spec_.stages.size()); ++i) {
-    targets.push_back({spec_.stages[i].daemon, {options_.self, options_.stageKeys[i]}});
+  for (int i = 0; i < slots(); ++i) {
+    targets.push_back({protocol::placementOf(spec_, i).daemon, {options_.self, options_.stageKeys[i]},
+                       protocol::stageOfSlot(spec_, i), protocol::replicaOfSlot(spec_, i), protocol::describeSlot(spec_, i)});
   }
   HeartbeatMonitor heartbeats(context_, jobId_, std::move(targets), spec_.failure.heartbeatS, spec_.failure.misses);
   spdlog::info("job {}: attempt {} running on {} stages{}", jobId_, attempt, spec_.stages.size(),
@@ -313,11 +327,11 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
 }
 
 void Coordinator::abortStages() {
-  for (int i = 0; i < static_cast<int>(spec_.stages.size()); ++i) {
+  for (int i = 0; i < slots(); ++i) {
     try {
-      clientFor(i).request({{"type", protocol::kStageAbort}, {"job", jobId_}, {"stage", i}}, std::chrono::milliseconds(2000));
+      clientFor(i).request(addressed({{"type", protocol::kStageAbort}}, i), std::chrono::milliseconds(2000));
     } catch (const std::exception& e) {
-      spdlog::warn("job {}: could not abort stage {}: {}", jobId_, i, e.what());
+      spdlog::warn("job {}: could not abort {}: {}", jobId_, protocol::describeSlot(spec_, i), e.what());
     }
   }
 }

@@ -20,7 +20,7 @@ namespace skytrain::daemon {
 struct CoordinatorOptions {
   std::string selfControl;             // this daemon's control endpoint, for the stages' reports
   protocol::KeyPair self;              // this daemon's key pair (empty when insecure)
-  std::vector<std::string> stageKeys;  // each stage daemon's public key ("" when insecure)
+  std::vector<std::string> stageKeys;  // per slot: its daemon's public key ("" when insecure)
 };
 
 class Coordinator {
@@ -49,8 +49,11 @@ class Coordinator {
   bool requestProfiles(int64_t step);
   void sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout);
   void abortStages();
-  // A control client to stage i's daemon, authenticated by its key.
-  protocol::ControlClient clientFor(int stage);
+  // A control client to the daemon of a slot (a stage's copy, job_spec.h), authenticated by its key.
+  protocol::ControlClient clientFor(int slot);
+  int slots() const;
+  // A stage request addressed to a slot's stage and replica of this job.
+  nlohmann::json addressed(nlohmann::json message, int slot) const;
 
   zmq::context_t& context_;
   JobTable& table_;

@@ -89,6 +89,7 @@ Daemon::Daemon(DaemonConfig config)
   hostOptions.memoryBudgetBytes = memoryBudgetBytes(config_);
   hostOptions.dataRoots = config_.dataRoots;
   hostOptions.prepareTimeoutS = config_.prepareTimeoutS;
+  hostOptions.privateAddress = config_.privateAddress;
   hostOptions.self = access_->self();
   stages_ = std::make_unique<StageHost>(context_, *router_, std::move(hostOptions));
   if (!config_.metricsAddress.empty()) metrics_ = std::make_unique<MetricsServer>(config_.metricsAddress, *jobs_, counters_);
@@ -218,12 +219,17 @@ Json Daemon::ping(const Caller& caller) const {
 }
 
 void Daemon::report(const protocol::StageReport& report, const Caller& caller) {
-  const std::string expected = jobs_->stageKey(report.job, report.stage);
-  if (!caller.isDaemon() || (!caller.insecure && caller.key != expected)) {
-    throw Refusal("stage report for job " + report.job + " stage " + std::to_string(report.stage) + " from " +
-                caller.describe() + ", which does not host that stage");
-  }
+  checkStageSender(report, caller, "stage report");
   jobs_->applyReport(report);
+}
+
+void Daemon::checkStageSender(const protocol::StageRef& ref, const Caller& caller, const std::string& what) const {
+  const std::string expected = jobs_->stageKey(ref.job, ref.stage, ref.replica);
+  if (!caller.isDaemon() || (!caller.insecure && caller.key != expected)) {
+    throw Refusal(what + " for job " + ref.job + " stage " + std::to_string(ref.stage) +
+                  (ref.replica > 0 ? " replica " + std::to_string(ref.replica) : std::string()) + " from " +
+                  caller.describe() + ", which does not host that stage");
+  }
 }
 
 Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
@@ -244,6 +250,10 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
   if (const auto* m = std::get_if<StagePlan>(&request)) return stages_->plan(*m, caller.key);
   if (const auto* m = std::get_if<StageProfile>(&request)) return stages_->profile(*m, caller.key);
   if (const auto* m = std::get_if<StageHeartbeat>(&request)) return stages_->heartbeat(*m, caller.key);
+  if (const auto* m = std::get_if<StoreRequest>(&request)) {
+    checkStageSender(*m, caller, "rendezvous store request");
+    return jobs_->store(*m);
+  }
   if (!caller.isUser()) refuse(typeName(request) + " is for clients");
   if (const auto* m = std::get_if<Submit>(&request)) return submit(*m, caller);
   if (const auto* m = std::get_if<Status>(&request)) {
@@ -270,8 +280,9 @@ std::vector<std::string> Daemon::stageKeys(const protocol::JobSpec& spec) const 
       throw Error(std::string("this daemon's known daemons: ") + e.what());
     }
   }
-  for (size_t i = 0; i < spec.stages.size(); ++i) {
-    const auto& stage = spec.stages[i];
+  for (int slot = 0; slot < protocol::slotCount(spec); ++slot) {
+    const protocol::Placement stage = protocol::placementOf(spec, slot);
+    const int i = protocol::stageOfSlot(spec, slot), replica = protocol::replicaOfSlot(spec, slot);
     if (config_.insecure) {
       keys.emplace_back();
     } else if (!stage.key.empty()) {
@@ -281,7 +292,8 @@ std::vector<std::string> Daemon::stageKeys(const protocol::JobSpec& spec) const 
     } else if (stage.daemon == controlEndpoint_) {
       keys.push_back(access_->self().publicKey);
     } else {
-      throw SpecError("$.stages[" + std::to_string(i) + "].key",
+      throw SpecError("$.stages[" + std::to_string(i) + "]" +
+                          (replica > 0 ? ".replicas[" + std::to_string(replica - 1) + "]" : std::string()) + ".key",
                       "no public key is known for daemon " + stage.daemon + ": give it here or list it in " +
                           (config_.knownDaemons.empty() ? std::string("known_daemons (not configured)") : config_.knownDaemons));
     }

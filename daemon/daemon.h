@@ -69,6 +69,8 @@ class Daemon {
   // Throws a Refusal; answer() counts it, logs it with the caller and replies with it.
   [[noreturn]] static void refuse(const std::string& what);
   // Public keys of the job's stage daemons, from the spec or the known daemons.
+  // Throws Refusal unless `caller` is the daemon hosting ref's stage copy in its job.
+  void checkStageSender(const protocol::StageRef& ref, const Caller& caller, const std::string& what) const;
   std::vector<std::string> stageKeys(const protocol::JobSpec& spec) const;
   void reapCoordinators();
 

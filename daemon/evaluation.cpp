@@ -23,7 +23,7 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
   for (int chunk = 0; chunk * b < samples; ++chunk) {
     const int count = std::min(b, samples - chunk * b);
     stages::TokenBatch batch;
-    if (data_) batch = masked(data_->validationBatch(chunk * b, count), kEvalMaskStream, chunk * b);
+    if (data_) batch = onDevice(masked(data_->validationBatch(chunk * b, count), kEvalMaskStream, chunk * b));
     const at::Tensor input =
         isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Eval, step, chunk, boundaryShape(stage_, count));
     if (isLast() && data_) model_->setTargets(batch.targets);

@@ -41,7 +41,7 @@ void HeartbeatMonitor::run() {
   uint64_t id = 1;
   auto declare = [&](size_t i, const std::string& why) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (lost_[i].empty()) lost_[i] = "stage " + std::to_string(i) + " (" + stages_[i].endpoint + ") lost: " + why;
+    if (lost_[i].empty()) lost_[i] = stages_[i].name + " (" + stages_[i].endpoint + ") lost: " + why;
   };
   auto isFinished = [&](size_t i) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -56,12 +56,13 @@ void HeartbeatMonitor::run() {
           if (!clients[i]) clients[i] = std::make_unique<protocol::ControlClient>(context_, stages_[i].endpoint, stages_[i].security);
           protocol::StageHeartbeat beat;
           beat.job = jobId_;
-          beat.stage = static_cast<int>(i);
+          beat.stage = stages_[i].stage;
+          beat.replica = stages_[i].replica;
           auto message = protocol::toJson(beat);
           message["id"] = id++;
           clients[i]->post(message);
         } catch (const std::exception& e) {
-          spdlog::warn("job {}: heartbeat to stage {}: {}", jobId_, i, e.what());
+          spdlog::warn("job {}: heartbeat to {}: {}", jobId_, stages_[i].name, e.what());
         }
       }
       nextBeat += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(intervalS_));

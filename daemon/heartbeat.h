@@ -22,6 +22,8 @@ namespace skytrain::daemon {
 struct HeartbeatTarget {
   std::string endpoint;  // the stage daemon's control endpoint
   protocol::ClientSecurity security;
+  int stage = 0, replica = 0;  // what the heartbeat names
+  std::string name;            // "stage 1", "stage 1 replica 2": for messages
 };
 
 class HeartbeatMonitor {
@@ -30,9 +32,9 @@ class HeartbeatMonitor {
                    double intervalS, int misses);
   ~HeartbeatMonitor();  // stops and joins
 
-  // The first stage found lost, with why and how long it was silent; nullopt while all answer.
+  // The first target (an index into the targets) found lost, with why; nullopt while all answer.
   struct Lost {
-    int stage = 0;
+    int stage = 0;  // the target's index: a slot
     std::string why;
   };
   std::optional<Lost> lost() const;

@@ -94,12 +94,14 @@ std::vector<std::string> JobTable::load() {
       r.dryRun = doc.value("dry_run", false);
       r.ownerKey = doc.value("owner_key", "");
       r.ownerName = doc.value("owner", "");
-      r.stageKeys = doc.value("stage_keys", std::vector<std::string>(r.spec.stages.size()));
+      r.stageKeys = doc.value("stage_keys", std::vector<std::string>(protocol::slotCount(r.spec)));
       r.attempt = doc.value("attempt", 0);
       r.restarts = doc.value("restarts", 0);
       r.checkpoints = doc.value("checkpoints", std::vector<int64_t>{});
       r.events = doc.value("events", std::vector<Json>{});
-      if (r.stageKeys.size() != r.spec.stages.size()) throw Error("stage_keys does not match the spec's stages");
+      if (static_cast<int>(r.stageKeys.size()) != protocol::slotCount(r.spec)) {
+        throw Error("stage_keys does not match the spec's stages and replicas");
+      }
       std::ifstream metrics(entry.path().string() + "/metrics.jsonl");
       for (std::string line; std::getline(metrics, line);) {
         if (!line.empty()) r.steps.push_back(Json::parse(line));
@@ -123,7 +125,7 @@ std::vector<std::string> JobTable::load() {
 std::string JobTable::create(const protocol::JobSpec& spec, const std::string& specText,
                              std::pair<std::string, std::string> owner, std::vector<std::string> stageKeys,
                              bool dryRun) {
-  SKYTRAIN_CHECK(stageKeys.size() == spec.stages.size(), "one key per stage");
+  SKYTRAIN_CHECK(static_cast<int>(stageKeys.size()) == protocol::slotCount(spec), "one key per stage and replica");
   std::lock_guard<std::mutex> lock(mutex_);
   Record r;
   r.dryRun = dryRun;
@@ -164,13 +166,14 @@ std::pair<std::string, std::string> JobTable::owner(const std::string& id) const
   return {r.ownerKey, r.ownerName};
 }
 
-std::string JobTable::stageKey(const std::string& id, int stage) const {
+std::string JobTable::stageKey(const std::string& id, int stage, int replica) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const Record& r = find(id);
-  if (stage < 0 || stage >= static_cast<int>(r.stageKeys.size())) {
-    throw WireError("job " + id + " has no stage " + std::to_string(stage));
+  if (stage < 0 || stage >= static_cast<int>(r.spec.stages.size()) || replica < 0 ||
+      replica >= protocol::replicaCount(r.spec)) {
+    throw WireError("job " + id + " has no stage " + std::to_string(stage) + " replica " + std::to_string(replica));
   }
-  return r.stageKeys[stage];
+  return r.stageKeys.at(static_cast<size_t>(protocol::slotOf(r.spec, stage, replica)));
 }
 
 Json JobTable::header(const Record& r) const {
@@ -237,11 +240,12 @@ void JobTable::applyReport(const protocol::StageReport& report) {
   using protocol::ReportKind;
   std::lock_guard<std::mutex> lock(mutex_);
   Record& r = find(report.job);
-  const int stage = report.stage;
   if (report.attempt != r.attempt) return;  // a late report of an aborted attempt
-  if (stage >= static_cast<int>(r.spec.stages.size())) {
-    throw WireError("report for job " + r.id + " names stage " + std::to_string(stage) + ", which does not exist");
+  if (report.stage >= static_cast<int>(r.spec.stages.size()) || report.replica >= protocol::replicaCount(r.spec)) {
+    throw WireError("report for job " + r.id + " names stage " + std::to_string(report.stage) + " replica " +
+                    std::to_string(report.replica) + ", which does not exist");
   }
+  const int stage = protocol::slotOf(r.spec, report.stage, report.replica);  // a slot: stage i replica 0 is i
   switch (report.kind) {
     case ReportKind::Step:
       if (report.step < static_cast<int64_t>(r.steps.size()) || report.step >= r.spec.steps) {
@@ -251,6 +255,7 @@ void JobTable::applyReport(const protocol::StageReport& report) {
       completeSteps(r);
       break;
     case ReportKind::Eval:
+      if (report.replica > 0) break;  // replica 0's pipeline validates for all
       r.evals.push_back({{"step", report.step}, {"loss", *report.loss}, {"time", wallSeconds()}});
       if (report.accuracy) r.evals.back()["accuracy"] = *report.accuracy;
       if (report.bleu) r.evals.back()["bleu"] = *report.bleu;
@@ -261,14 +266,14 @@ void JobTable::applyReport(const protocol::StageReport& report) {
     case ReportKind::Failed:
       // A stage that names the culprit beats one that only saw its effect.
       if (!r.stageFailure || r.stageFailure->find("in another stage") != std::string::npos) {
-        r.stageFailure = "stage " + std::to_string(stage) + " (" + r.spec.stages[stage].daemon + "): " +
+        r.stageFailure = protocol::describeSlot(r.spec, stage) + " (" + protocol::placementOf(r.spec, stage).daemon + "): " +
                          (report.error.empty() ? "failed" : report.error);
       }
       break;
     case ReportKind::Checkpoint: {
       auto& confirmed = r.confirmations[report.step];
       confirmed.insert(stage);
-      if (confirmed.size() == r.spec.stages.size()) {
+      if (static_cast<int>(confirmed.size()) == protocol::slotCount(r.spec)) {
         r.confirmations.erase(report.step);
         if (r.checkpoints.empty() || r.checkpoints.back() < report.step) r.checkpoints.push_back(report.step);
         r.checkpointAt = wallSeconds();
@@ -289,13 +294,21 @@ void JobTable::changed(Record& r) {
 // A step row is complete once every stage has reported it; rows complete in step order.
 void JobTable::completeSteps(Record& r) {
   const size_t stages = r.spec.stages.size();
-  while (!r.pending.empty() && r.pending.begin()->second.size() == stages &&
+  const size_t slots = static_cast<size_t>(protocol::slotCount(r.spec));
+  while (!r.pending.empty() && r.pending.begin()->second.size() == slots &&
          r.pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
     const auto& reports = r.pending.begin()->second;
     double stepSeconds = 0, bytes = 0, raw = 0, checkpoint = 0;
     bool skipped = false;
     int lead = -1;
     Json compute = Json::array(), losses = Json::array();
+    // The training loss: the mean of the last stage's copies, each over its share of the batch.
+    Json loss = 0.0;
+    for (int replica = 0; replica < protocol::replicaCount(r.spec); ++replica) {
+      const Json& part = reports.at(protocol::slotOf(r.spec, static_cast<int>(stages) - 1, replica)).at("loss");
+      loss = part.is_number() && loss.is_number() ? Json(loss.get<double>() + part.get<double>() / protocol::replicaCount(r.spec))
+                                                  : Json();
+    }
     for (const auto& entry : reports) {
       stepSeconds = std::max(stepSeconds, entry.second.at("step_s").get<double>());
       checkpoint = std::max(checkpoint, entry.second.value("checkpoint_s", 0.0));
@@ -305,13 +318,13 @@ void JobTable::completeSteps(Record& r) {
       compute.push_back(entry.second.at("compute_s"));
       losses.push_back(entry.second.value("loss", Json()));
       lead = std::max(lead, entry.second.value("lead", -1));
-      addTo(r.totals, entry.first, entry.second);
+      addTo(r.totals, protocol::stageOfSlot(r.spec, entry.first), entry.second);
     }
     // A fan-in's step trains every producer's batch.
     const double batches = protocol::isFanIn(r.spec) ? static_cast<double>(stages - 1) : 1.0;
     const double tokens = batches * r.spec.batchSize * r.spec.model.seqLen;
     Json row = {{"step", r.pending.begin()->first},
-                {"loss", reports.at(static_cast<int>(stages) - 1).at("loss")},
+                {"loss", loss},
                 {"step_s", stepSeconds},
                 {"tokens_per_s", stepSeconds > 0 ? tokens / stepSeconds : 0.0},
                 {"bytes_sent", bytes},
@@ -342,7 +355,7 @@ void JobTable::waitForChange(const std::string& id, std::chrono::milliseconds ti
 bool JobTable::allStagesDone(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const Record& r = find(id);
-  return r.stagesDone.size() == r.spec.stages.size();
+  return static_cast<int>(r.stagesDone.size()) == protocol::slotCount(r.spec);
 }
 
 std::set<int> JobTable::doneStages(const std::string& id) const {
@@ -359,9 +372,11 @@ std::optional<std::vector<Json>> JobTable::takeProfiles(const std::string& id, i
   std::lock_guard<std::mutex> lock(mutex_);
   Record& r = find(id);
   auto it = r.profiles.find(step);
-  if (it == r.profiles.end() || it->second.size() != r.spec.stages.size()) return std::nullopt;
-  std::vector<Json> out;
-  for (auto& entry : it->second) out.push_back(std::move(entry.second));
+  if (it == r.profiles.end() || static_cast<int>(it->second.size()) != protocol::slotCount(r.spec)) return std::nullopt;
+  std::vector<Json> out;  // replica 0's, one per stage: the copies run the same shapes
+  for (auto& entry : it->second) {
+    if (entry.first < static_cast<int>(r.spec.stages.size())) out.push_back(std::move(entry.second));
+  }
   r.profiles.erase(it);
   return out;
 }

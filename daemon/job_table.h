@@ -75,7 +75,8 @@ class JobTable {
   JobState state(const std::string& id) const;
   // The job's owner (key, name) and a stage daemon's key; throw skytrain::Error if unknown.
   std::pair<std::string, std::string> owner(const std::string& id) const;
-  std::string stageKey(const std::string& id, int stage) const;
+  // The key of the daemon hosting a copy of a stage (replica 0: the stage's own daemon).
+  std::string stageKey(const std::string& id, int stage, int replica = 0) const;
 
   // Moves a job to `state` unless it is already terminal (then returns false).
   bool transition(const std::string& id, JobState state, const std::string& error = "");
@@ -111,6 +112,10 @@ class JobTable {
   void setPlan(const std::string& id, Json plan, int64_t fromStep, const std::string& reason);
   // Step rows [from, end).
   std::vector<Json> steps(const std::string& id, size_t from) const;
+  // The rendezvous store of a replicated stage's copies (daemon/replica_group.h) in the
+  // current attempt (job_attempts.cpp): the reply to a store request whose sender the
+  // caller has checked. Throws skytrain::WireError on a stale attempt or a full store.
+  Json store(const protocol::StoreRequest& request);
   // Every job's figures for /metrics (job_metrics.cpp).
   std::vector<JobMetrics> metrics() const;
 
@@ -122,25 +127,27 @@ class JobTable {
     JobState state = JobState::Preparing;
     std::string error;
     std::string ownerKey, ownerName;
-    std::vector<std::string> stageKeys;
+    std::vector<std::string> stageKeys;  // per slot
     double createdAt = 0;
     double finishedAt = 0;
-    std::set<int> stagesDone;  // stages that reported done
+    // Per slot (job_spec.h: a stage's copy; slot i is stage i when there are no replicas).
+    std::set<int> stagesDone;  // slots that reported done
     int attempt = 0;
     int restarts = 0;
     std::optional<std::string> stageFailure;
     std::vector<int64_t> checkpoints;                 // complete, oldest first
     double checkpointAt = 0;                           // when the newest became complete
     std::vector<StageTotals> totals;                   // per stage, over every attempt
-    std::map<int64_t, std::set<int>> confirmations;  // step -> stages that wrote it
+    std::map<int64_t, std::set<int>> confirmations;  // step -> slots that wrote it
     std::vector<Json> events;
     bool dryRun = false;
     uint64_t version = 0;  // bumped on every change, for waitForChange
     std::vector<Json> plans;  // each with from_step and reason; the last is in force
-    std::map<int64_t, std::map<int, Json>> profiles;  // step -> stage -> profile
+    std::map<int64_t, std::map<int, Json>> profiles;  // step -> slot -> profile
     std::vector<Json> steps;
     std::vector<Json> evals;
-    std::map<int64_t, std::map<int, Json>> pending;  // step -> stage -> report
+    std::map<int64_t, std::map<int, Json>> pending;  // step -> slot -> report
+    std::map<int, std::map<std::string, std::string>> rendezvous;  // stage -> key -> value (this attempt)
   };
 
   Record& find(const std::string& id);

@@ -2,6 +2,8 @@
 // onto the stages module's plain config structs).
 #include "daemon/model_setup.h"
 
+#include "scheduler/error.h"
+
 #include "stages/labelled_data.h"
 #include "stages/parallel_data.h"
 
@@ -73,6 +75,21 @@ std::unique_ptr<stages::DataSource> makeDataSource(const protocol::JobSpec& spec
   options.seqLen = spec.model.seqLen;
   options.seed = spec.seed;
   return std::make_unique<stages::TextDataSource>(options);
+}
+
+void checkDevice(const std::string& device, const std::string& what) {
+  if (device == "cpu") return;
+  const int wanted = device == "cuda" ? 0 : std::stoi(device.substr(5));  // the spec parser checked the form
+  if (!torch::cuda::is_available()) {
+    throw Error(what + ": device " + device + " is not available on this daemon (its LibTorch " +
+                (torch::cuda::device_count() == 0 && !at::hasCUDA() ? std::string("is built without CUDA")
+                                                                    : std::string("sees no GPU")) +
+                ")");
+  }
+  if (wanted >= static_cast<int>(torch::cuda::device_count())) {
+    throw Error(what + ": device " + device + " is not available on this daemon (it has " +
+                std::to_string(torch::cuda::device_count()) + " GPUs)");
+  }
 }
 
 }  // namespace skytrain::daemon

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "daemon/protocol/job_spec.h"
 #include "stages/gpt.h"
@@ -17,5 +18,9 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& model);
 stages::ModelConfig modelConfig(const protocol::JobSpec& spec);
 // What stage `stage` reads; throws skytrain::Error naming a file that cannot be read.
 std::unique_ptr<stages::DataSource> makeDataSource(const protocol::JobSpec& spec, int stage);
+
+// Throws skytrain::Error naming `device` ("cpu", "cuda", "cuda:N") and `what` when this
+// daemon's LibTorch cannot compute on it: never a silent fallback to the CPU.
+void checkDevice(const std::string& device, const std::string& what);
 
 }  // namespace skytrain::daemon

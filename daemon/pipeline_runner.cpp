@@ -6,6 +6,7 @@
 
 #include "compression/codec_registry.h"
 #include "daemon/files.h"
+#include "daemon/replica_group.h"
 #include "daemon/timing.h"
 #include "scheduler/error.h"
 #include "stages/gpt.h"
@@ -27,8 +28,11 @@ std::string describeShape(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes)
-    : spec_(spec), stage_(stage), jobKey_(jobKey), memoryBudgetBytes_(memoryBudgetBytes) {
+PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes,
+                               int replica)
+    : spec_(spec), stage_(stage), replica_(replica), jobKey_(jobKey), memoryBudgetBytes_(memoryBudgetBytes) {
+  spec_.batchSize = spec.batchSize / protocol::replicaCount(spec);  // this copy's share
+  device_ = c10::Device(protocol::placementOf(spec, protocol::slotOf(spec, stage, replica)).device);
   RunPlan initial;
   initial.microBatches = spec.microBatches > 0 ? spec.microBatches : 1;
   const auto kind = scheduler::parseScheduleKind(spec.schedule);
@@ -48,6 +52,10 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
     }
   } catch (const Error& e) {  // WireError (a malformed file) included
     throw Error(std::string(kBadModel) + e.what());
+  }
+  if (!device_.is_cpu()) {  // parameters and buffers in place, as Module.to() does
+    torch::NoGradGuard noGrad;
+    for (auto& [name, tensor] : model_->stateDict()) tensor.set_data(tensor.to(device_));
   }
 
   fanIn_ = source_->fanIn();
@@ -77,9 +85,13 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
 
 PipelineRunner::~PipelineRunner() = default;
 
+void PipelineRunner::setReplicaGroup(std::unique_ptr<ReplicaGroup> group) { replicas_ = std::move(group); }
+
 void PipelineRunner::setPlan(const RunPlan& plan) {
   if (plan.microBatches < 1 || spec_.batchSize % plan.microBatches != 0) {
-    throw Error("plan: " + std::to_string(plan.microBatches) + " micro-batches do not divide batch_size " +
+    throw Error("plan: " + std::to_string(plan.microBatches) + " micro-batches do not divide " +
+                (replica_ > 0 || protocol::replicaCount(spec_) > 1 ? "a replica's share of batch_size, "
+                                                                   : "batch_size ") +
                 std::to_string(spec_.batchSize));
   }
   schedule_ = scheduler::makeSchedule(plan.schedule, static_cast<int>(spec_.stages.size()), plan.microBatches,
@@ -116,6 +128,7 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   const uint64_t bytesBefore = bytesSent();
   const uint64_t backwardBefore = previous_ ? previous_->bytesSent() : 0;
   computeSeconds_ = 0;
+  allReduceSeconds_ = 0;
   bytesRaw_ = 0;
   rawBackward_ = 0;
   codecs_ = static_cast<int64_t>(step) < spec_.compression.warmupSteps ? &warmup_ : &steady_;
@@ -151,12 +164,20 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   const int lossTerms = schedule_.microBatches * (fanIn_ && isLast() ? producers() : 1);
   stats.loss = isLast() || fanIn_ ? lossSum / lossTerms : std::nan("");
   stats.computeSeconds = computeSeconds_;
+  stats.allReduceSeconds = allReduceSeconds_;
   stats.bytesSent = bytesSent() - bytesBefore;
   stats.bytesRaw = bytesRaw_;
   stats.bytesBackward = (previous_ ? previous_->bytesSent() : 0) - backwardBefore;
   stats.rawBackward = rawBackward_;
   stats.stepSeconds = secondsSince(start);
   return stats;
+}
+
+stages::TokenBatch PipelineRunner::onDevice(stages::TokenBatch batch) const {
+  if (device_.is_cpu()) return batch;
+  if (batch.inputs.defined()) batch.inputs = batch.inputs.to(device_);
+  if (batch.targets.defined()) batch.targets = batch.targets.to(device_);
+  return batch;
 }
 
 stages::TokenBatch PipelineRunner::masked(stages::TokenBatch batch, uint64_t step, int64_t firstSample) const {
@@ -169,8 +190,9 @@ stages::TokenBatch PipelineRunner::masked(stages::TokenBatch batch, uint64_t ste
 
 void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
   const int b = spec_.batchSize / schedule_.microBatches;
+  const int64_t first = static_cast<int64_t>(replica_) * spec_.batchSize + microBatch * b;  // in the full draw
   stages::TokenBatch batch;
-  if (data_) batch = masked(data_->trainBatch(step, microBatch * b, b), step, microBatch * b);
+  if (data_) batch = onDevice(masked(data_->trainBatch(step, first, b), step, first));
   const at::Tensor input =
       isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Forward, step, microBatch, boundaryShape(stage_, b));
   at::Tensor output;
@@ -223,6 +245,10 @@ bool PipelineRunner::finishGradients(uint64_t step) {
   for (const auto& [name, parameter] : model_->stateDict()) {
     if (parameter.grad().defined()) grads.push_back(parameter.grad()), names.push_back(name);
   }
+  if (replicas_) {  // every copy now holds the whole batch's gradient
+    Timed timed(allReduceSeconds_);
+    replicas_->average(grads);
+  }
   auto culprit = [&]() -> std::string {
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!torch::isfinite(grads[i]).all().item<bool>()) {
@@ -241,7 +267,7 @@ bool PipelineRunner::finishGradients(uint64_t step) {
     Timed timed(computeSeconds_);
     std::vector<at::Tensor> norms;
     for (const auto& g : grads) norms.push_back(g.data().norm(2.0));
-    if (!norms.empty()) mine = torch::stack(norms);
+    if (!norms.empty()) mine = torch::stack(norms).to(at::kCPU);
   }
   // A fan-in's stages train separate models: each clips by its own norm.
   const at::Tensor total = fanIn_ ? (mine.numel() ? mine.norm(2.0) : torch::zeros({})) : exchangeNorms(step, mine);
@@ -325,7 +351,7 @@ at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uin
                     ", this stage expects float32 " + describeShape(expectedShape));
   }
   Timed timed(computeSeconds_);
-  return decoderFor(frame.tensor.codec).decode(frame.tensor);
+  return decoderFor(frame.tensor.codec).decode(frame.tensor).to(device_);
 }
 
 compression::TensorFrame PipelineRunner::frameFor(FrameDirection direction, uint64_t step, int microBatch,
@@ -344,7 +370,7 @@ void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDi
   compression::TensorFrame frame = frameFor(direction, step, microBatch, toStage);
   {
     Timed timed(computeSeconds_);
-    frame.tensor = codec.encode(tensor);
+    frame.tensor = codec.encode(tensor.device().is_cpu() ? tensor : tensor.to(at::kCPU));
   }
   const auto raw = static_cast<uint64_t>(tensor.numel() * tensor.element_size());
   bytesRaw_ += raw;
@@ -360,7 +386,7 @@ compression::Codec& PipelineRunner::decoderFor(const std::string& spec) {
 
 std::string PipelineRunner::serializedState() const {
   c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, tensor] : model_->stateDict()) dict.insert(name, tensor.detach().clone());
+  for (const auto& [name, tensor] : model_->stateDict()) dict.insert(name, tensor.detach().to(at::kCPU, false, true));
   const std::vector<char> bytes = torch::pickle_save(dict);
   return std::string(bytes.begin(), bytes.end());
 }

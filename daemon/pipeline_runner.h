@@ -33,6 +33,8 @@ class Optimizer;
 
 namespace skytrain::daemon {
 
+class ReplicaGroup;
+
 // Starts a stage's failure message when a loss or gradient is NaN or Inf: the job fails
 // (a restart would meet it again).
 constexpr const char* kNonFinite = "non-finite: ";
@@ -48,6 +50,7 @@ struct StepStats {
   int lead = -1;              // a fan-in producer: steps it ran ahead of the consumer (<= max_staleness)
   double stepSeconds = 0;     // wall time of the step on this stage
   double computeSeconds = 0;  // forward, backward, loss, optimizer and codec time
+  double allReduceSeconds = 0;  // averaging the gradients over the stage's copies
   uint64_t bytesSent = 0;     // frame bytes this stage sent during the step
   uint64_t bytesRaw = 0;      // what the same tensors take uncompressed (float32 etc.)
   uint64_t bytesBackward = 0;  // the part of bytesSent sent to the previous stage (gradients)
@@ -76,7 +79,11 @@ class PipelineRunner {
   // Builds the stage (weights from the job seed), the data source when this stage needs
   // tokens (first: inputs, last: targets), the optimizer and the codecs. The plan starts as
   // the spec's fixed m and schedule when it has them (1 and 1f1b otherwise).
-  PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes);
+  //
+  // A replicated stage's copy (job_spec.h) trains on its share of every batch: samples
+  // [replica * share, (replica + 1) * share) of the full draw, share = batch_size / R; the
+  // runner's spec_.batchSize is that share. Its device is the copy's placement's.
+  PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes, int replica = 0);
   ~PipelineRunner();
 
   // Links to the neighbours; null at the pipeline's ends (a fan-in producer: only next).
@@ -84,6 +91,9 @@ class PipelineRunner {
   // A fan-in's consumer: a link to each producer, in stage order; their frames arrive in one
   // queue, told apart by the producer index in the high 16 bits of the micro-batch.
   void connectProducers(std::vector<std::unique_ptr<PeerLink>> producers);
+  // The stage's copies (R > 1): gradients are averaged over them at each step's end,
+  // before clipping and the optimizer; the profile times that all-reduce.
+  void setReplicaGroup(std::unique_ptr<ReplicaGroup> group);
   // Polled while waiting for frames; returning true throws Aborted.
   void setAbortCheck(std::function<bool()> check) { aborted_ = std::move(check); }
 
@@ -181,6 +191,10 @@ class PipelineRunner {
   compression::TensorFrame awaitFrame(PeerLink& link, compression::FrameDirection direction, uint64_t step,
                                       int microBatch);
   nlohmann::json profileCompute();
+  // The fastest of a few all-reduces of a step's gradient bytes among the copies.
+  double timeAllReduce();
+  // A batch's tensors on the stage's device.
+  stages::TokenBatch onDevice(stages::TokenBatch batch) const;
   nlohmann::json probeLinks(uint64_t step);
   at::Tensor randomInput(int64_t samples, at::Generator& generator) const;
   void transmit(PeerLink& link, compression::Codec& codec, compression::FrameDirection direction,
@@ -188,8 +202,11 @@ class PipelineRunner {
   compression::Codec& decoderFor(const std::string& spec);
   uint64_t bytesSent() const;
 
-  protocol::JobSpec spec_;
+  protocol::JobSpec spec_;  // batchSize: this copy's share of the batch
   int stage_;
+  int replica_ = 0;
+  c10::Device device_ = c10::Device(c10::kCPU);
+  std::unique_ptr<ReplicaGroup> replicas_;  // null: a single copy
   uint64_t jobKey_;
   double memoryBudgetBytes_;
   scheduler::Schedule schedule_;
@@ -219,6 +236,7 @@ class PipelineRunner {
   std::map<int, at::Tensor> lossGradients_;  // last stage: d(loss/m)/d(logits) per micro-batch
   std::function<bool()> aborted_ = [] { return false; };
   double computeSeconds_ = 0;
+  double allReduceSeconds_ = 0;  // the step's gradient all-reduce among the copies
   uint64_t bytesRaw_ = 0;
   uint64_t rawBackward_ = 0;
 };

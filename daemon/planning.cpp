@@ -19,7 +19,8 @@ Json toJson(const scheduler::LinearFit& f) { return {{"a", f.a}, {"k", f.k}}; }
 
 scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::vector<Json>& profiles) {
   scheduler::PlannerInput input;
-  input.batchSize = spec.batchSize;
+  input.replicas = protocol::replicaCount(spec);
+  input.batchSize = spec.batchSize / input.replicas;  // each pipeline's share
   if (spec.microBatches > 0) input.microBatches = spec.microBatches;
   if (spec.schedule != "auto") input.schedules = {*scheduler::parseScheduleKind(spec.schedule)};
   try {
@@ -32,6 +33,7 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
       stage.outputBytes = fit(compute.at("output_bytes"));
       stage.gradientBytes = fit(compute.at("gradient_bytes"));
       stage.stashBytesPerSample = compute.at("stash_bytes_per_sample").get<double>();
+      stage.allReduceSeconds = compute.value("allreduce_s", 0.0);
       const double stageBudget = compute.at("memory_budget_bytes").get<double>();
       if (stageBudget > 0) budget = budget > 0 ? std::min(budget, stageBudget) : stageBudget;
       input.stages.push_back(stage);
@@ -79,6 +81,7 @@ Json toJson(const scheduler::PlanRow& row) {
           {"step_s", row.stepSeconds},
           {"bubble", row.bubbleRatio},
           {"bytes_per_step", row.bytesPerStep},
+          {"allreduce_s", row.allReduceSeconds},
           {"stash_bytes", row.stashBytes},
           {"fits", row.fits}};
 }
@@ -92,13 +95,16 @@ Json toJson(const scheduler::Plan& plan, const scheduler::PlannerInput& input) {
     out["stages"].push_back({{"forward_s", toJson(s.forwardSeconds)},
                              {"backward_s", toJson(s.backwardSeconds)},
                              {"output_bytes", toJson(s.outputBytes)},
-                             {"gradient_bytes", toJson(s.gradientBytes)}});
+                             {"gradient_bytes", toJson(s.gradientBytes)},
+                             {"allreduce_s", s.allReduceSeconds}});
   }
   out["links"] = Json::array();
   for (const auto& l : input.links) {
     out["links"].push_back({{"bandwidth_bytes_per_s", l.bandwidthBytesPerSecond}, {"delay_s", l.delaySeconds}});
   }
   out["memory_budget_bytes"] = input.memoryBudgetBytes;
+  out["replicas"] = input.replicas;
+  out["batch_per_replica"] = input.batchSize;
   return out;
 }
 

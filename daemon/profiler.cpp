@@ -7,6 +7,7 @@
 
 #include "compression/codec_registry.h"
 #include "daemon/pipeline_runner.h"
+#include "daemon/replica_group.h"
 #include "daemon/timing.h"
 #include "scheduler/error.h"
 
@@ -36,8 +37,8 @@ at::Tensor PipelineRunner::randomInput(int64_t samples, at::Generator& generator
   const auto shape = source_->inputShape(stage_, samples);
   // A stage that reads its targets as input too (a decoder) gets real ones.
   if (isLast() && data_) model_->setTargets(data_->trainBatch(0, 0, static_cast<int>(samples)).targets);
-  if (isFirst()) return torch::randint(0, spec_.model.vocabSize, shape, generator, torch::kLong);
-  return torch::randn(shape, generator);
+  if (isFirst()) return torch::randint(0, spec_.model.vocabSize, shape, generator, torch::kLong).to(device_);
+  return torch::randn(shape, generator).to(device_);
 }
 
 Json PipelineRunner::profile(uint64_t step) {
@@ -46,7 +47,23 @@ Json PipelineRunner::profile(uint64_t step) {
     return {{"compute", std::move(compute)}, {"link", fanInProbes(step)}};
   }
   Json compute = profileCompute();
+  if (replicas_) compute["allreduce_s"] = timeAllReduce();
+  compute["replicas"] = protocol::replicaCount(spec_);
   return {{"compute", std::move(compute)}, {"link", probeLinks(step)}};
+}
+
+double PipelineRunner::timeAllReduce() {
+  // Zeros shaped as the trainable parameters: the bytes of a step's gradient all-reduce.
+  std::vector<at::Tensor> buffers;
+  for (const auto& p : model_->parameters()) buffers.push_back(torch::zeros_like(p));
+  constexpr int kRounds = 3;  // the fastest counts, as for the link probes
+  double best = 1e30;
+  for (int i = 0; i < kRounds; ++i) {
+    const auto start = Clock::now();
+    replicas_->average(buffers);
+    best = std::min(best, secondsSince(start));
+  }
+  return best;
 }
 
 Json PipelineRunner::profileCompute() {

@@ -21,13 +21,13 @@ StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) c
   auto& tensors = s.tensors.tensors;
   const auto& states = optimizer_->state();
   for (const auto& [name, tensor] : model_->stateDict()) {
-    tensors.emplace_back("param/" + name, tensor.detach().clone());
+    tensors.emplace_back("param/" + name, tensor.detach().to(at::kCPU, false, true));
     auto it = states.find(stateKey(tensor));
     if (it == states.end()) continue;  // no step taken yet
     const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
     tensors.emplace_back("adamw/" + name + "/step", torch::tensor(adam.step(), torch::kLong));
-    tensors.emplace_back("adamw/" + name + "/exp_avg", adam.exp_avg().clone());
-    tensors.emplace_back("adamw/" + name + "/exp_avg_sq", adam.exp_avg_sq().clone());
+    tensors.emplace_back("adamw/" + name + "/exp_avg", adam.exp_avg().to(at::kCPU, false, true));
+    tensors.emplace_back("adamw/" + name + "/exp_avg_sq", adam.exp_avg_sq().to(at::kCPU, false, true));
   }
   const std::pair<const char*, const compression::Codec*> codecs[] = {
       {"steady.forward", steady_.forward.get()}, {"steady.backward", steady_.backward.get()},
@@ -59,7 +59,7 @@ StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) c
 
 stages::SafeTensors PipelineRunner::weights() const {
   stages::SafeTensors out;
-  for (const auto& [name, tensor] : model_->stateDict()) out.tensors.emplace_back(name, tensor.detach().contiguous());
+  for (const auto& [name, tensor] : model_->stateDict()) out.tensors.emplace_back(name, tensor.detach().to(at::kCPU).contiguous());
   out.metadata = {{"format", "pt"}, {"skytrain_stage", std::to_string(stage_)}};
   return out;
 }

@@ -4,17 +4,28 @@
 
 #include "daemon/admission.h"
 #include "daemon/files.h"
+#include "daemon/model_setup.h"
 #include "daemon/weight_export.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
 
-uint64_t jobKey(const std::string& jobId, int attempt) {
+uint64_t jobKey(const std::string& jobId, int attempt, int replica) {
   if (jobId.size() != 16 || jobId.find_first_not_of("0123456789abcdef") != std::string::npos) {
     throw Error("job id \"" + jobId + "\" is not 16 lowercase hex digits");
   }
-  return std::stoull(jobId, nullptr, 16) ^ (static_cast<uint64_t>(attempt) * 0x9e3779b97f4a7c15ULL);
+  return std::stoull(jobId, nullptr, 16) ^ (static_cast<uint64_t>(attempt) * 0x9e3779b97f4a7c15ULL) ^
+         (static_cast<uint64_t>(replica) * 0xc2b2ae3d27d4eb4fULL);
 }
+
+namespace {
+
+std::string describe(const protocol::StageRef& ref) {
+  return "stage " + std::to_string(ref.stage) + (ref.replica > 0 ? " replica " + std::to_string(ref.replica) : "") +
+         " of job " + ref.job;
+}
+
+}  // namespace
 
 StageHost::StageHost(zmq::context_t& context, DataRouter& router, StageHostOptions options)
     : context_(context), router_(router), options_(std::move(options)) {}
@@ -25,13 +36,10 @@ StageHost::~StageHost() {
 }
 
 StageWorker& StageHost::find(const protocol::StageRef& ref, const std::string& caller) {
-  auto it = workers_.find({ref.job, ref.stage});
-  if (it == workers_.end()) {
-    throw Error("stage " + std::to_string(ref.stage) + " of job " + ref.job + " is not hosted here");
-  }
+  auto it = workers_.find({ref.job, ref.stage, ref.replica});
+  if (it == workers_.end()) throw Error(describe(ref) + " is not hosted here");
   if (it->second->assignment().coordinatorKey != caller) {
-    throw Refusal("stage " + std::to_string(ref.stage) + " of job " + ref.job +
-                  " takes requests only from its job's coordinator");
+    throw Refusal(describe(ref) + " takes requests only from its job's coordinator");
   }
   return *it->second;
 }
@@ -40,24 +48,31 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   StageAssignment a;
   a.jobId = request.job;
   a.attempt = request.attempt;
-  a.jobKey = jobKey(a.jobId, a.attempt);
+  a.replica = request.replica;
+  a.jobKey = jobKey(a.jobId, a.attempt, a.replica);
   a.resumeStep = request.resumeStep;
   a.stage = request.stage;
   a.spec = protocol::parseJobSpec(request.spec);
+  a.privateAddress = options_.privateAddress;
   a.coordinator = request.coordinator;
   a.coordinatorKey = caller;
   a.self = options_.self;
   a.prepareTimeoutS = options_.prepareTimeoutS;
-  if (a.stage >= static_cast<int>(a.spec.stages.size())) {
-    throw Error("stage " + std::to_string(a.stage) + " is not in the job's spec");
+  if (a.stage >= static_cast<int>(a.spec.stages.size()) || a.replica >= protocol::replicaCount(a.spec)) {
+    throw Error(describe(request) + " is not in the job's spec");
   }
-  const auto key = std::make_pair(a.jobId, a.stage);
+  a.device = protocol::placementOf(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)).device;
+  checkDevice(a.device, describe(request));  // a device that is not here: an error naming it
+  if (protocol::replicaCount(a.spec) > 1 && a.privateAddress.empty()) {
+    throw Error(describe(request) + " is replicated, but this daemon's config has no private_address for c10d's "
+                "Gloo connections (they have no authentication: give the cluster's private IP)");
+  }
+  const auto key = std::make_tuple(a.jobId, a.stage, a.replica);
   if (auto it = workers_.find(key); it != workers_.end()) {
     // A restarted attempt (or a restarted coordinator) replaces an earlier one of its own.
     const auto& old = it->second->assignment();
     if (old.coordinatorKey != caller || old.attempt >= a.attempt) {
-      throw Error("stage " + std::to_string(a.stage) + " of job " + a.jobId + " attempt " + std::to_string(old.attempt) +
-                  " is already here");
+      throw Error(describe(request) + " attempt " + std::to_string(old.attempt) + " is already here");
     }
     it->second->abort();
     retired_.push_back(std::move(it->second));
@@ -69,7 +84,9 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage);
   checkMemory(memory, a.stage, options_.memoryBudgetBytes);
   a.memoryBudgetBytes = options_.memoryBudgetBytes - memory.fixedBytes();
-  a.jobDir = options_.stateDir + "/jobs/" + a.jobId;
+  // Copies after the first keep their checkpoints and final weights apart (two may share a
+  // daemon); the job's export reads replica 0's.
+  a.jobDir = options_.stateDir + "/jobs/" + a.jobId + (a.replica > 0 ? "/replica-" + std::to_string(a.replica) : "");
   makeDirectories(a.jobDir);
   recordStageOwner(a.jobDir, a.stage, caller, request.owner);
   auto mailbox = router_.open(a.jobKey, static_cast<uint16_t>(a.stage));
@@ -77,7 +94,8 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   const std::string what = part.lastLayer > 0 ? "layers [" + std::to_string(part.firstLayer) + ", " +
                                                     std::to_string(part.lastLayer) + ")"
                                               : a.spec.model.kind + " stage";
-  spdlog::info("job {} stage {}: prepared ({}), estimated {}", a.jobId, a.stage, what, memory.describe());
+  spdlog::info("job {} {}: prepared ({} on {}), estimated {}", a.jobId, protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)),
+               what, a.device, memory.describe());
   workers_[key] = std::make_unique<StageWorker>(context_, std::move(a), std::move(mailbox));
   return {{"ok", true}, {"data_endpoint", options_.dataEndpoint}};
 }
@@ -105,7 +123,7 @@ protocol::Json StageHost::start(const protocol::StageStart& request, const std::
 }
 
 protocol::Json StageHost::abort(const protocol::StageAbort& request, const std::string& caller) {
-  if (workers_.count({request.job, request.stage})) find(request, caller).abort();
+  if (workers_.count({request.job, request.stage, request.replica})) find(request, caller).abort();
   return {{"ok", true}};  // idempotent: an unknown stage is already gone
 }
 
@@ -144,8 +162,10 @@ void StageHost::reap() {
   for (auto it = workers_.begin(); it != workers_.end();) {
     const auto& spec = it->second->assignment().spec;
     if (!it->second->finished() && it->second->secondsSinceHeartbeat() > spec.failure.lostAfterS()) {
-      spdlog::warn("job {} stage {}: no heartbeat from the coordinator for {:.1f} s; aborting and freeing the stage",
-                   it->first.first, it->first.second, it->second->secondsSinceHeartbeat());
+      const auto& a = it->second->assignment();
+      spdlog::warn("job {} {}: no heartbeat from the coordinator for {:.1f} s; aborting and freeing the stage", a.jobId,
+                   protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)),
+                   it->second->secondsSinceHeartbeat());
       it->second->abort();
       it->second->touch();  // warn once
     }

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "daemon/data_router.h"
@@ -24,6 +25,7 @@ struct StageHostOptions {
   std::vector<std::string> dataRoots;
   double prepareTimeoutS = 60;      // a prepared stage not started by then is freed
   protocol::KeyPair self;           // for the stage's own connections (empty when insecure)
+  std::string privateAddress;       // where a replicated stage's Gloo connections bind ("": none)
 };
 
 class StageHost {
@@ -46,19 +48,20 @@ class StageHost {
   size_t active() const { return workers_.size(); }
 
  private:
-  // The worker of (job, stage) if `caller` coordinates it; throws otherwise.
+  // The worker of (job, stage, replica) if `caller` coordinates it; throws otherwise.
   StageWorker& find(const protocol::StageRef& ref, const std::string& caller);
 
   zmq::context_t& context_;
   DataRouter& router_;
   StageHostOptions options_;
-  std::map<std::pair<std::string, int>, std::unique_ptr<StageWorker>> workers_;  // (job, stage)
+  std::map<std::tuple<std::string, int, int>, std::unique_ptr<StageWorker>> workers_;  // (job, stage, replica)
   std::vector<std::unique_ptr<StageWorker>> retired_;  // earlier attempts, aborted, not yet joined
 };
 
 // A job id ("0123456789abcdef") as the 64-bit key in the frames of an attempt (attempts
-// after the first mix their number in, so frames of an aborted attempt are dropped);
-// throws skytrain::Error if it is not 16 hex digits.
-uint64_t jobKey(const std::string& jobId, int attempt = 0);
+// after the first mix their number in, so frames of an aborted attempt are dropped; so do
+// replicas after the first, so each copy's pipeline has its own frames); throws
+// skytrain::Error if it is not 16 hex digits.
+uint64_t jobKey(const std::string& jobId, int attempt = 0, int replica = 0);
 
 }  // namespace skytrain::daemon

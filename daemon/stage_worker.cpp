@@ -9,6 +9,7 @@
 #include "daemon/pipeline_runner.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/messages.h"
+#include "daemon/replica_group.h"
 #include "daemon/weight_export.h"
 #include "scheduler/error.h"
 
@@ -93,23 +94,25 @@ bool StageWorker::waitForStart() {
 
 void StageWorker::run() {
   const auto& a = assignment_;
+  const std::string name = protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica));  // for the log
   std::unique_ptr<protocol::ControlClient> coordinator;
   try {
     coordinator = std::make_unique<protocol::ControlClient>(context_, a.coordinator,
                                                             protocol::ClientSecurity{a.self, a.coordinatorKey});
   } catch (const std::exception& e) {
-    spdlog::error("job {} stage {}: cannot reach the coordinator at {}: {}", a.jobId, a.stage, a.coordinator, e.what());
+    spdlog::error("job {} {}: cannot reach the coordinator at {}: {}", a.jobId, name, a.coordinator, e.what());
     finished_ = true;
     return;
   }
   auto report = [&](protocol::StageReport message) {
     message.job = a.jobId;
     message.stage = a.stage;
+    message.replica = a.replica;
     message.attempt = a.attempt;
     try {
       coordinator->post(protocol::toJson(message));
     } catch (const std::exception& e) {
-      spdlog::warn("job {} stage {}: report not sent: {}", a.jobId, a.stage, e.what());
+      spdlog::warn("job {} {}: report not sent: {}", a.jobId, name, e.what());
     }
   };
   auto simple = [](protocol::ReportKind kind, int64_t step) {
@@ -122,7 +125,7 @@ void StageWorker::run() {
     for (int64_t step : writer.takeWritten()) report(simple(protocol::ReportKind::Checkpoint, step));
   };
   try {
-    PipelineRunner runner(a.spec, a.stage, a.jobKey, a.memoryBudgetBytes);
+    PipelineRunner runner(a.spec, a.stage, a.jobKey, a.memoryBudgetBytes, a.replica);
     runner.setAbortCheck([this] { return aborted_.load(); });
     int firstStep = 0;
     if (a.resumeStep >= 0) {
@@ -134,7 +137,7 @@ void StageWorker::run() {
       firstStep = static_cast<int>(a.resumeStep) + 1;
       std::lock_guard<std::mutex> lock(mutex_);
       profileAt_ = -1;  // the checkpoint's plan stands: a resumed run repeats the original exactly
-      spdlog::info("job {} stage {}: restored the checkpoint of step {} (attempt {})", a.jobId, a.stage, a.resumeStep,
+      spdlog::info("job {} {}: restored the checkpoint of step {} (attempt {})", a.jobId, name, a.resumeStep,
                    a.attempt);
     }
     CheckpointWriter writer(a.jobDir, a.stage, a.spec.checkpoint.keep);
@@ -151,7 +154,25 @@ void StageWorker::run() {
                                         : makeZmqPeerLink(context_, n.previous, {a.self, n.previousKey}, mailbox_->fromPrevious),
                      n.next.empty() ? nullptr : makeZmqPeerLink(context_, n.next, {a.self, n.nextKey}, mailbox_->fromNext));
     }
-    spdlog::info("job {} stage {}: running steps {}..{}", a.jobId, a.stage, firstStep, a.spec.steps - 1);
+    if (protocol::replicaCount(a.spec) > 1) {
+      ReplicaGroupOptions o;
+      o.coordinator = a.coordinator;
+      o.security = {a.self, a.coordinatorKey};
+      o.job = a.jobId;
+      o.stage = a.stage;
+      o.replica = a.replica;
+      o.replicas = protocol::replicaCount(a.spec);
+      o.attempt = n.groupAttempt;
+      o.privateAddress = a.privateAddress;
+      o.device = a.device;
+      o.timeoutS = std::max(60.0, a.spec.peerTimeoutS);
+      o.aborted = [this] { return aborted_.load(); };
+      const auto start = Clock::now();
+      auto group = std::make_unique<ReplicaGroup>(context_, o);
+      spdlog::info("job {} {}: met its {} copies over c10d {} on {} in {:.2f} s", a.jobId, name, o.replicas, group->backend(), a.privateAddress, secondsSince(start));
+      runner.setReplicaGroup(std::move(group));
+    }
+    spdlog::info("job {} {}: running steps {}..{}", a.jobId, name, firstStep, a.spec.steps - 1);
     const int steps = a.spec.steps;
     for (int step = firstStep; step < steps; ++step) {
       if (aborted_) throw Aborted{};
@@ -161,7 +182,7 @@ void StageWorker::run() {
         report(std::move(message));
         const RunPlan plan = waitForPlan();
         runner.setPlan(plan);
-        spdlog::info("job {} stage {}: from step {}: m={} {}", a.jobId, a.stage, step, plan.microBatches,
+        spdlog::info("job {} {}: from step {}: m={} {}", a.jobId, name, step, plan.microBatches,
                      scheduler::toString(plan.schedule));
       }
       const StepStats stats = runner.runStep(static_cast<uint64_t>(step));
@@ -189,7 +210,7 @@ void StageWorker::run() {
       report(std::move(message));
       confirmCheckpoints(writer);
       const int interval = a.spec.eval.interval;
-      if (last || (interval > 0 && (step + 1) % interval == 0)) {
+      if (a.replica == 0 && (last || (interval > 0 && (step + 1) % interval == 0))) {  // replica 0's pipeline validates
         if (auto loss = runner.runEval(static_cast<uint64_t>(step))) {
           auto eval = simple(protocol::ReportKind::Eval, step);
           eval.loss = *loss;
@@ -204,11 +225,11 @@ void StageWorker::run() {
     writeFileAtomic(a.jobDir + "/stage-" + std::to_string(a.stage) + ".pt", runner.serializedState());
     writeFileAtomic(finalWeightsPath(a.jobDir, a.stage), stages::encodeSafetensors(runner.weights()));
     report(simple(protocol::ReportKind::Done, steps));
-    spdlog::info("job {} stage {}: done", a.jobId, a.stage);
+    spdlog::info("job {} {}: done", a.jobId, name);
   } catch (const Aborted&) {
-    spdlog::info("job {} stage {}: aborted", a.jobId, a.stage);
+    spdlog::info("job {} {}: aborted", a.jobId, name);
   } catch (const std::exception& e) {
-    spdlog::error("job {} stage {}: failed: {}", a.jobId, a.stage, e.what());
+    spdlog::error("job {} {}: failed: {}", a.jobId, name, e.what());
     auto failed = simple(protocol::ReportKind::Failed, 0);
     failed.error = std::string(e.what()).substr(0, protocol::kMaxErrorLength);
     report(std::move(failed));

@@ -28,6 +28,9 @@ struct StageAssignment {
   int attempt = 0;
   int64_t resumeStep = -1;  // restore the checkpoint after this step; -1: from scratch
   int stage = 0;
+  int replica = 0;             // which copy of the stage (job_spec.h)
+  std::string device = "cpu";  // the copy's placement's, checked to exist here
+  std::string privateAddress;  // where a replicated stage's Gloo connections bind
   protocol::JobSpec spec;
   std::string coordinator;  // control endpoint that receives stage.report messages
   std::string coordinatorKey;  // the key that prepared the stage: the only one it obeys

@@ -24,6 +24,7 @@ struct StageProfile {
   LinearFit outputBytes;      // forward frame bytes on the wire (header + compressed payload)
   LinearFit gradientBytes;    // backward frame bytes this stage sends upstream
   double stashBytesPerSample = 0;  // activation memory held per in-flight sample
+  double allReduceSeconds = 0;     // averaging a step's gradients over the stage's copies (measured)
 };
 
 // One link between neighbouring stages; full duplex, the same in both directions.

@@ -33,7 +33,11 @@ bool uniform(const PipelineCosts& c) {
 PlanRow evaluate(const PlannerInput& input, int m, ScheduleKind kind) {
   const int p = static_cast<int>(input.stages.size());
   const double b = static_cast<double>(input.batchSize) / m;
-  const PipelineCosts costs = costsAt(input.stages, input.links, b);
+  // The replicas' pipelines send at once over the same link between clouds: each gets
+  // 1/R of its bandwidth (the probe measured it alone).
+  std::vector<LinkProfile> links = input.links;
+  for (auto& link : links) link.bandwidthBytesPerSecond /= std::max(1, input.replicas);
+  const PipelineCosts costs = costsAt(input.stages, links, b);
   PlanRow row;
   row.microBatches = m;
   row.schedule = kind;
@@ -47,11 +51,15 @@ PlanRow evaluate(const PlannerInput& input, int m, ScheduleKind kind) {
   } else {
     row.stepSeconds = simulate(schedule, costs).stepSeconds;
   }
+  // A replicated stage averages its gradients after its last backward; counted after the
+  // pipeline drains, not overlapped with the other stages' drain (an upper bound).
+  for (const auto& s : input.stages) row.allReduceSeconds = std::max(row.allReduceSeconds, s.allReduceSeconds);
+  row.stepSeconds += row.allReduceSeconds;
   double work = 0;
   for (const auto& s : costs.stages) work += m * (s.forwardSeconds + s.backwardSeconds);
   row.bubbleRatio = row.stepSeconds > 0 ? 1.0 - work / (p * row.stepSeconds) : 0.0;
   for (int s = 0; s + 1 < p; ++s) {
-    row.bytesPerStep += m * (input.stages[s].outputBytes.at(b) + input.stages[s + 1].gradientBytes.at(b));
+    row.bytesPerStep += input.replicas * m * (input.stages[s].outputBytes.at(b) + input.stages[s + 1].gradientBytes.at(b));
   }
   for (int s = 0; s < p; ++s) {
     const int inFlight = kind == ScheduleKind::GPipe ? m : std::min(m, schedule.warmups[s] + 1);

@@ -15,7 +15,8 @@
 namespace skytrain::scheduler {
 
 struct PlannerInput {
-  int batchSize = 1;
+  int batchSize = 1;  // one pipeline's: a replica's share of the job's batch
+  int replicas = 1;   // pipelines side by side (data-parallel copies of every stage), sharing each link
   std::vector<StageProfile> stages;
   std::vector<LinkProfile> links;
   std::vector<ScheduleKind> schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
@@ -30,7 +31,8 @@ struct PlanRow {
   std::vector<int> warmups;    // per stage (1F1B kinds)
   double stepSeconds = 0;      // predicted
   double bubbleRatio = 0;      // predicted
-  double bytesPerStep = 0;     // all links, both directions
+  double bytesPerStep = 0;     // all links, both directions, every replica's pipeline
+  double allReduceSeconds = 0; // the slowest stage's gradient all-reduce among its copies
   double stashBytes = 0;       // the largest stage's activation stash
   bool fits = true;            // stash within the memory budget
 };

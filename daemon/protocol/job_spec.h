@@ -9,9 +9,21 @@
 
 namespace skytrain::protocol {
 
+// Where one copy of a stage runs: a daemon, and the device on it.
+struct Placement {
+  std::string daemon;            // control endpoint of the daemon hosting the copy
+  std::string key;               // its CURVE public key (Z85); empty: from the known daemons
+  std::string device = "cpu";    // "cpu", "cuda" or "cuda:N"
+};
+
 struct StageSpec {
-  std::string daemon;  // control endpoint of the daemon hosting the stage
+  std::string daemon;  // control endpoint of the daemon hosting the stage (replica 0)
   std::string key;     // its CURVE public key (Z85); empty: from the known daemons
+  std::string device = "cpu";  // "cpu", "cuda" or "cuda:N": where replica 0 computes
+  // Data-parallel copies beyond the first, on daemons of the same cluster (or other devices
+  // of the same daemon). Every stage of a job has the same number of copies: replica r of
+  // stage i exchanges frames with replica r of its neighbours, one pipeline per replica.
+  std::vector<Placement> replicas;
   int firstLayer = 0;  // blocks [firstLayer, lastLayer) (zoo models)
   int lastLayer = 0;
   std::vector<std::string> dataFiles;  // electra producers: this stage's text (else data.files)
@@ -155,6 +167,23 @@ struct JobSpec {
 
 // A fan-in (every stage but the last feeds the last token IDs) rather than a chain.
 inline bool isFanIn(const JobSpec& spec) { return spec.model.kind == "electra"; }
+
+// Data parallelism inside the clusters: R copies of every stage form R pipelines, each on
+// batch_size / R samples of every step. A (stage, replica) pair is a slot, numbered
+// replica-major (slot = replica * stages + stage), so slot i is stage i when R is 1.
+inline int replicaCount(const JobSpec& spec) {
+  return spec.stages.empty() ? 1 : 1 + static_cast<int>(spec.stages[0].replicas.size());
+}
+inline int slotCount(const JobSpec& spec) { return static_cast<int>(spec.stages.size()) * replicaCount(spec); }
+inline int stageOfSlot(const JobSpec& spec, int slot) { return slot % static_cast<int>(spec.stages.size()); }
+inline int replicaOfSlot(const JobSpec& spec, int slot) { return slot / static_cast<int>(spec.stages.size()); }
+inline int slotOf(const JobSpec& spec, int stage, int replica) {
+  return replica * static_cast<int>(spec.stages.size()) + stage;
+}
+// The daemon, key and device of a slot.
+Placement placementOf(const JobSpec& spec, int slot);
+// "stage 1" or "stage 1 replica 2", for messages.
+std::string describeSlot(const JobSpec& spec, int slot);
 
 constexpr size_t kMaxSpecBytes = 1 << 20;
 constexpr int kMaxSpecDepth = 16;

@@ -1,7 +1,9 @@
 #include "daemon/protocol/messages.h"
 
 #include <cmath>
+#include <set>
 
+#include "daemon/protocol/base64.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/json_reader.h"
@@ -34,6 +36,7 @@ std::string jobId(ObjectReader& r) {
 void readRef(ObjectReader& r, StageRef& ref) {
   ref.job = jobId(r);
   ref.stage = static_cast<int>(r.integer("stage", std::nullopt, 0, 63));
+  ref.replica = static_cast<int>(r.integer("replica", 0, 0, 255));
 }
 
 // A request that carries nothing but its job and stage.
@@ -124,6 +127,36 @@ json planJson(const PlanMessage& m) {
   return {{"micro_batches", m.microBatches}, {"schedule", m.schedule}, {"warmups", m.warmups}};
 }
 
+StoreRequest parseStore(ObjectReader& r) {
+  StoreRequest m;
+  readRef(r, m);
+  m.attempt = static_cast<int>(r.integer("attempt", std::nullopt, 0, 1 << 20));
+  m.op = boundedString(r, "op", std::nullopt, 16);
+  static const std::set<std::string> ops{"set", "get", "add", "check", "delete", "count"};
+  if (!ops.count(m.op)) throw SpecError(r.pathOf("op"), describe(json(m.op)) + " is not one of set, get, add, check, delete, count");
+  if (m.op != "count") {
+    m.keys = r.strings("keys", std::nullopt);
+    if (m.keys.empty() || m.keys.size() > (m.op == "check" ? kMaxStoreKeys : 1)) {
+      throw SpecError(r.pathOf("keys"), m.op == "check" ? "expected 1.." + std::to_string(kMaxStoreKeys) + " keys" : "expected one key");
+    }
+    for (const auto& k : m.keys) {
+      if (k.empty() || k.size() > kMaxStoreKeyBytes) {
+        throw SpecError(r.pathOf("keys"), "a key must be 1.." + std::to_string(kMaxStoreKeyBytes) + " bytes");
+      }
+    }
+  }
+  if (m.op == "set") {
+    const std::string text = boundedString(r, "value", std::nullopt, kMaxStoreValueBytes / 3 * 4 + 4);
+    try {
+      m.value = base64Decode(text, kMaxStoreValueBytes);
+    } catch (const Error& e) {
+      throw SpecError(r.pathOf("value"), e.what());
+    }
+  }
+  if (m.op == "add") m.delta = r.integer("delta", std::nullopt, -kBig, kBig);
+  return m;
+}
+
 Request parseBody(const std::string& type, ObjectReader& r) {
   if (type == "ping") return Ping{};
   if (type == "list") return List{};
@@ -171,6 +204,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
         p.finish();
       }
     }
+    m.groupAttempt = static_cast<int>(r.integer("group_attempt", -1, -1, 1 << 20));
     return m;
   }
   if (type == "stage.abort") return refOnly<StageAbort>(r);
@@ -194,10 +228,11 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     m.offset = r.integer("offset", 0, 0, int64_t{1} << 50);
     return m;
   }
+  if (type == "store") return parseStore(r);
   throw SpecError(r.pathOf("type"), describe(json(type)) +
                                         " is unknown (valid: ping, submit, status, list, cancel, resume, stage.prepare, "
                                         "stage.start, stage.abort, stage.plan, stage.profile, stage.heartbeat, "
-                                        "stage.report, export)");
+                                        "stage.report, export, store)");
 }
 
 struct ToJson {
@@ -215,8 +250,17 @@ struct ToJson {
   json operator()(const StageStart& m) const {
     json producers = json::array();
     for (const auto& p : m.producers) producers.push_back({{"endpoint", p.endpoint}, {"key", p.key}});
-    return ref("stage.start", m, {{"producers", producers}, {"previous", m.previous}, {"next", m.next}, {"previous_key", m.previousKey},
-                                  {"next_key", m.nextKey}});
+    json j = ref("stage.start", m, {{"producers", producers}, {"previous", m.previous}, {"next", m.next}, {"previous_key", m.previousKey},
+                                    {"next_key", m.nextKey}});
+    if (m.groupAttempt >= 0) j["group_attempt"] = m.groupAttempt;
+    return j;
+  }
+  json operator()(const StoreRequest& m) const {
+    json j = ref("store", m, {{"attempt", m.attempt}, {"op", m.op}});
+    if (m.op != "count") j["keys"] = m.keys;
+    if (m.op == "set") j["value"] = base64Encode(m.value);
+    if (m.op == "add") j["delta"] = m.delta;
+    return j;
   }
   json operator()(const ExportRead& m) const { return ref("export", m, {{"step", m.step}, {"offset", m.offset}}); }
   json operator()(const StageAbort& m) const { return ref("stage.abort", m, json::object()); }
@@ -244,6 +288,7 @@ struct ToJson {
     fields["type"] = type;
     fields["job"] = ref.job;
     fields["stage"] = ref.stage;
+    if (ref.replica > 0) fields["replica"] = ref.replica;
     return fields;
   }
 };

@@ -35,6 +35,7 @@ struct Resume {
 struct StageRef {
   std::string job;
   int stage = 0;
+  int replica = 0;  // which data-parallel copy of the stage (job_spec.h)
 };
 // The plan a stage runs under (m, schedule, warm-ups); also what a checkpoint restores.
 struct PlanMessage {
@@ -53,6 +54,9 @@ struct StagePrepare : StageRef {
 struct StageStart : StageRef {
   std::string previous, next;        // neighbours' data endpoints ("" at the ends)
   std::string previousKey, nextKey;  // their daemons' public keys ("" when insecure)
+  // A replicated stage: the attempt whose rendezvous store (kept by the coordinator, reached
+  // over the authenticated control connection) its copies meet in; -1 for a single copy.
+  int groupAttempt = -1;
   // A fan-in's consumer: its producers' data endpoints and keys, in stage order.
   struct Producer {
     std::string endpoint, key;
@@ -101,8 +105,22 @@ struct StageReport : StageRef {
   std::string error;       // failed
 };
 
+// c10d's rendezvous store for a replicated stage's copies (daemon/replica_group.h), kept by
+// the job's coordinator: only the daemons hosting a copy of that stage in the current
+// attempt may use it. Keys and values are bounded; values travel as base64.
+struct StoreRequest : StageRef {
+  int attempt = 0;
+  std::string op;                 // "set", "get", "add", "check", "delete", "count"
+  std::vector<std::string> keys;  // one key, or several for "check"
+  std::string value;              // "set": the bytes
+  int64_t delta = 0;              // "add"
+};
+constexpr size_t kMaxStoreKeyBytes = 512;
+constexpr size_t kMaxStoreValueBytes = 64 << 10;
+constexpr size_t kMaxStoreKeys = 4096;  // per stage and attempt
+
 using Request = std::variant<Ping, Submit, Status, List, Cancel, Resume, StagePrepare, StageStart, StageAbort,
-                             StagePlan, StageProfile, StageHeartbeat, StageReport, ExportRead>;
+                             StagePlan, StageProfile, StageHeartbeat, StageReport, ExportRead, StoreRequest>;
 
 struct Envelope {
   std::optional<uint64_t> id;  // echoed in the reply

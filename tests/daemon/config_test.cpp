@@ -30,6 +30,19 @@ TEST_CASE("bad daemon configs name the field") {
   CHECK_THROWS_WITH(loadDaemonConfig("/nonexistent/skytraind.json"), Catch::Contains("/nonexistent/skytraind.json"));
 }
 
+TEST_CASE("private_address is a private or loopback IP: Gloo's connections have no authentication") {
+  const std::string keys = R"("secret_key_file": "/k", "authorized_keys": "/a", )";
+  for (const char* good : {"10.1.2.3", "172.16.0.9", "172.31.255.1", "192.168.1.1", "127.0.0.1", "::1", "fd00::5"}) {
+    INFO(good);
+    CHECK(parseDaemonConfig("{" + keys + R"("private_address": ")" + good + "\"}").privateAddress == good);
+  }
+  for (const char* bad : {"8.8.8.8", "172.32.0.1", "0.0.0.0", "2001:db8::1", "node1.cluster", "10.0.0.1:7000"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parseDaemonConfig("{" + keys + R"("private_address": ")" + bad + "\"}"),
+                      Catch::Contains("$.private_address"));
+  }
+}
+
 TEST_CASE("an insecure daemon binds loopback only") {
   // The example config's wildcard endpoints are refused with the reason.
   CHECK_THROWS_WITH(parseDaemonConfig(R"({"insecure": true})"),

@@ -127,6 +127,56 @@ TEST_CASE("bad specs are refused with the JSON path and the value") {
   }
 }
 
+TEST_CASE("replicas and devices: copies per stage, slots numbered replica-major") {
+  json spec = validSpec();
+  spec["stages"][0]["device"] = "cuda:1";
+  spec["stages"][0]["replicas"] = {{{"daemon", "tcp://10.0.0.2:7100"}, {"device", "cuda"}}};
+  spec["stages"][1]["replicas"] = {{{"daemon", "tcp://10.0.0.3:7100"}}};
+  spec["micro_batches"] = 2;
+  const auto parsed = parseJobSpec(spec.dump());
+  using namespace skytrain::protocol;
+  CHECK(replicaCount(parsed) == 2);
+  CHECK(slotCount(parsed) == 4);
+  CHECK(placementOf(parsed, 0).device == "cuda:1");
+  CHECK(placementOf(parsed, 2).daemon == "tcp://10.0.0.2:7100");
+  CHECK(placementOf(parsed, 2).device == "cuda");
+  CHECK(placementOf(parsed, 3).device == "cpu");
+  CHECK(stageOfSlot(parsed, 3) == 1);
+  CHECK(replicaOfSlot(parsed, 3) == 1);
+  CHECK(describeSlot(parsed, 3) == "stage 1 replica 1");
+  CHECK(describeSlot(parsed, 1) == "stage 1");
+
+  SECTION("every stage needs as many copies") {
+    spec["stages"][1].erase("replicas");
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.stages[1].replicas");
+    CHECK_THAT(message, Catch::Contains("replica r of a stage feeds replica r"));
+  }
+  SECTION("a replica's share must split into the micro-batches") {
+    spec["micro_batches"] = 8;
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.micro_batches");
+    CHECK_THAT(message, Catch::Contains("share"));
+  }
+  SECTION("the batch must split among the copies") {
+    spec["batch_size"] = 9;
+    spec["micro_batches"] = 1;
+    CHECK(refusal(spec).first == "$.batch_size");
+  }
+  SECTION("a device is cpu, cuda or cuda:N") {
+    spec["stages"][0]["device"] = "tpu";
+    CHECK(refusal(spec).first == "$.stages[0].device");
+    spec["stages"][0]["device"] = "cuda:64";
+    CHECK(refusal(spec).first == "$.stages[0].device");
+  }
+  SECTION("a copy is {daemon, key, device}") {
+    spec["stages"][1]["replicas"][0]["layers"] = {0, 2};
+    CHECK(refusal(spec).first == "$.stages[1].replicas[0].layers");
+    spec["stages"][1]["replicas"][0] = {{"daemon", "http://x"}};
+    CHECK(refusal(spec).first == "$.stages[1].replicas[0].daemon");
+  }
+}
+
 TEST_CASE("micro_batches and schedule default to auto") {
   json spec = validSpec();
   spec.erase("micro_batches");

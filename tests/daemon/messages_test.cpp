@@ -39,9 +39,20 @@ TEST_CASE("each request type parses and round-trips") {
   report.step = 3;
   report.loss = 2.5;
   report.stepSeconds = 0.1;
+  StoreRequest store;
+  store.job = kJob;
+  store.stage = 1;
+  store.replica = 2;
+  store.attempt = 3;
+  store.op = "set";
+  store.keys = {"rank0"};
+  store.value = std::string("\x00\x01gloo", 6);
+  StageStart replicated = start;
+  replicated.replica = 1;
+  replicated.groupAttempt = 0;
   const Request requests[] = {Ping{}, List{}, Submit{"{}", true}, Status{kJob, 4}, Cancel{kJob}, start,
                               StageAbort{{kJob, 2}}, StagePlan{{kJob, 0}, {4, "1f1b", {1, 2}}}, StageHeartbeat{{kJob, 1}}, Resume{kJob},
-                              StageProfile{{kJob, 0}, 10}, report};
+                              StageProfile{{kJob, 0}, 10}, report, store, replicated};
   for (const auto& request : requests) {
     const json wire = toJson(request);
     INFO(wire.dump());
@@ -77,6 +88,29 @@ TEST_CASE("bad requests are refused naming the field") {
              Catch::Contains("$.error") && Catch::Contains("limit is 4096"));
   CHECK_THAT(refusal({{"type", "stage.report"}, {"job", kJob}, {"stage", 0}, {"kind", "step"}, {"step_s", -1.0}}),
              Catch::Contains("$.step_s"));
+}
+
+TEST_CASE("rendezvous store requests are bounded") {
+  const json ok = {{"type", "store"}, {"job", kJob}, {"stage", 0}, {"replica", 1}, {"attempt", 0}, {"op", "get"}, {"keys", {"k"}}};
+  CHECK(std::get<StoreRequest>(parseRequest(ok).request).replica == 1);
+  json bad = ok;
+  bad["op"] = "flush";
+  CHECK_THAT(refusal(bad), Catch::Contains("$.op"));
+  bad = ok;
+  bad["keys"] = {"a", "b"};
+  CHECK_THAT(refusal(bad), Catch::Contains("$.keys") && Catch::Contains("one key"));
+  bad = ok;
+  bad["keys"] = {std::string(513, 'k')};
+  CHECK_THAT(refusal(bad), Catch::Contains("$.keys"));
+  bad = ok;
+  bad["replica"] = 256;
+  CHECK_THAT(refusal(bad), Catch::Contains("$.replica"));
+  bad = ok;
+  bad["op"] = "set";
+  bad["value"] = std::string(90000, 'A');
+  CHECK_THAT(refusal(bad), Catch::Contains("$.value"));
+  bad["value"] = "not base64!";
+  CHECK_THAT(refusal(bad), Catch::Contains("$.value"));
 }
 
 TEST_CASE("raw bytes: size, depth and duplicate keys are bounded") {

@@ -54,6 +54,7 @@ TestDaemon::TestDaemon(const std::string& name, TestDaemonOptions options) {
   config.dataRoots = options.dataRoots;
   config.prepareTimeoutS = options.prepareTimeoutS;
   config.memoryBudgetMb = options.memoryBudgetMb;
+  config.privateAddress = options.privateAddress;
   if (options.keys) {
     const std::string keyName = options.keyName.empty() ? name : options.keyName;
     try {

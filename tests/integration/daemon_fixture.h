@@ -51,6 +51,7 @@ struct TestDaemonOptions {
   std::vector<std::string> dataRoots = {"/"};
   double prepareTimeoutS = 60;
   int64_t memoryBudgetMb = 0;
+  std::string privateAddress = "127.0.0.1";  // for replicated stages' Gloo connections
 };
 
 class TestDaemon {

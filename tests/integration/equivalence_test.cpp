@@ -144,6 +144,74 @@ TEST_CASE("a two-daemon pipeline trains exactly like one process", "[integration
   CHECK(moved > 1e-3);
 }
 
+TEST_CASE("two replicas of each stage, averaging gradients over c10d Gloo, train like one process", "[integration]") {
+  // Stage 0's copies on daemons a and c, stage 1's both on daemon b (two copies of one daemon):
+  // replica r of stage 0 feeds replica r of stage 1, each pipeline on half of every batch.
+  TestDaemon a("a"), b("b"), c("c");
+  zmq::context_t context;
+  const int m = GENERATE(1, 2);
+  CAPTURE(m);
+  Json spec = specFor("1f1b", m, a.control(), b.control(), {{"lr", 1e-3}, {"clip_norm", 0.5}});
+  const Trained reference = trainReference(spec);
+  spec["stages"][0]["replicas"] = {{{"daemon", c.control()}}};
+  spec["stages"][1]["replicas"] = {{{"daemon", b.control()}, {"device", "cpu"}}};
+  const Json status = runJob(context, a.control(), spec);
+  REQUIRE(status["state"] == "succeeded");
+  REQUIRE(status["steps"].size() == kSteps);
+  double worstLoss = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const double loss = status["steps"][step]["loss"];  // the mean of the two halves' losses
+    worstLoss = std::max(worstLoss, std::abs(loss - reference.losses[step]));
+    CHECK(loss == Approx(reference.losses[step]).margin(kLossTolerance));
+  }
+  const std::string job = status["id"];
+  // Every copy ends with the same weights, and they are the whole batch's.
+  double worstParameter = 0, worstCopy = 0;
+  for (int stage = 0; stage < 2; ++stage) {
+    const auto& first = stage == 0 ? a : b;
+    const auto& second = stage == 0 ? c : b;
+    const std::string file = "stage-" + std::to_string(stage) + ".pt";
+    const auto replica0 = loadStageWeights(first.dir() / "jobs" / job / file);
+    const auto replica1 = loadStageWeights(second.dir() / "jobs" / job / "replica-1" / file);
+    REQUIRE(replica0.size() == replica1.size());
+    for (const auto& [name, tensor] : replica0) {
+      INFO(name);
+      REQUIRE(reference.parameters.count(name));
+      worstCopy = std::max(worstCopy, (tensor - replica1.at(name)).abs().max().item<double>());
+      const double diff = (tensor - reference.parameters.at(name)).abs().max().item<double>();
+      worstParameter = std::max(worstParameter, diff);
+      CHECK(diff <= kParameterTolerance);
+    }
+  }
+  CHECK(worstCopy == 0.0);  // the same averaged gradients, the same AdamW: bit-identical copies
+  WARN("2 replicas, m=" << m << ": max |loss diff| " << worstLoss << ", max |parameter diff| " << worstParameter);
+  // The plan knows the copies: half the batch per pipeline, and a measured all-reduce.
+  const Json& plan = status["plans"].back();
+  CHECK(plan["replicas"] == 2);
+  CHECK(plan["batch_per_replica"] == 4);
+  CHECK(plan["stages"][0]["allreduce_s"].get<double>() > 0);
+  CHECK(plan["allreduce_s"].get<double>() > 0);
+}
+
+TEST_CASE("a replicated stage is refused, with the reason, by a daemon without a private address", "[integration]") {
+  TestDaemonOptions noPrivate;
+  noPrivate.privateAddress = "";
+  TestDaemon a("a"), b("b", noPrivate);
+  zmq::context_t context;
+  Json spec = specFor("1f1b", 1, a.control(), b.control());
+  spec["stages"][0]["replicas"] = {{{"daemon", a.control()}}};
+  spec["stages"][1]["replicas"] = {{{"daemon", b.control()}}};
+  const Json status = runJob(context, a.control(), spec);
+  REQUIRE(status["state"] == "failed");
+  CHECK_THAT(status["error"].get<std::string>(), Catch::Contains("private_address") && Catch::Contains("stage 1"));
+  // A device this daemon does not have is named, never replaced by the CPU.
+  Json gpu = specFor("1f1b", 1, a.control(), b.control());
+  gpu["stages"][1]["device"] = "cuda:1";
+  const Json refused = runJob(context, a.control(), gpu);
+  REQUIRE(refused["state"] == "failed");
+  CHECK_THAT(refused["error"].get<std::string>(), Catch::Contains("cuda:1") && Catch::Contains("not available"));
+}
+
 TEST_CASE("with warm-up, cosine decay and global-norm clipping the pipeline still trains like one process",
           "[integration]") {
   TestDaemon a("ca"), b("cb");

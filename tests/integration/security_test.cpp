@@ -244,6 +244,53 @@ TEST_CASE("a third, authorized daemon's frames and reports are dropped; the job 
   CHECK(countersB["requests"].get<int>() > 0);
 }
 
+TEST_CASE("replicas meet over the authenticated control channel; another daemon cannot touch their store",
+          "[integration][security]") {
+  TestKeys keys;
+  keys.add("user", Role::Client);
+  keys.add("intruder", Role::Daemon);
+  keys.add("repa", Role::Daemon);
+  keys.add("repb", Role::Daemon);
+  TestDaemon a("repa", {&keys}), b("repb", {&keys});
+  zmq::context_t context;
+  Json spec = tinySpec(a.control(), b.control(), 20);
+  spec["micro_batches"] = 1;
+  spec["stages"][0]["replicas"] = {{{"daemon", b.control()}}};  // each daemon hosts a copy of each stage
+  spec["stages"][1]["replicas"] = {{{"daemon", a.control()}}};
+  protocol::ControlClient user(context, a.control(), keys.as("user", a.publicKey()));
+  const std::string job = user.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(5))["job"];
+  std::atomic<bool> done{false};
+  std::atomic<int> refused{0}, accepted{0};
+  std::thread intruder([&] {
+    // A daemon the coordinator trusts for nothing in this job writes and reads the copies'
+    // rendezvous keys (c10d's ranks' addresses), as each copy would.
+    protocol::ControlClient forger(context, a.control(), keys.as("intruder", a.publicKey()));
+    for (int round = 0; !done; ++round) {
+      for (const char* op : {"set", "get", "add", "count"}) {
+        Json request = {{"type", "store"}, {"job", job}, {"stage", round % 2}, {"replica", round % 2}, {"attempt", 0}, {"op", op}};
+        if (std::string(op) != "count") request["keys"] = {"rank_" + std::to_string(round % 2)};
+        if (std::string(op) == "set") request["value"] = "AAAA";
+        if (std::string(op) == "add") request["delta"] = 1;
+        try {
+          forger.request(request, seconds(5));
+          ++accepted;
+        } catch (const Error& e) {
+          if (std::string(e.what()).find("does not host that stage") != std::string::npos) ++refused;
+        }
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  });
+  const Json status = waitForEnd(user, job);
+  done = true;
+  intruder.join();
+  INFO(status.dump());
+  REQUIRE(status["state"] == "succeeded");
+  CHECK(status["plans"].back()["replicas"] == 2);
+  CHECK(accepted == 0);
+  CHECK(refused > 0);
+}
+
 TEST_CASE("the encrypted pipeline computes bit-identical parameters to the plaintext one", "[integration][security]") {
   TestKeys keys;
   keys.add("user", Role::Client);

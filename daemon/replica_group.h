@@ -1,0 +1,59 @@
+// ReplicaGroup: the copies of one replicated stage (job_spec.h: stages[i].replicas) as a c10d
+// process group, which averages their weight gradients at each step's end — Gloo on the CPU,
+// NCCL on a GPU, never a home-made all-reduce.
+//
+// Rendezvous. c10d's stores have no authentication, and LibTorch 1.13's TCPStore listens on
+// every interface, so the copies meet in a store kept by the job's coordinator instead
+// (ControlStore, replica_group.cpp): its requests ride the CURVE-authenticated control
+// connection every stage already has to its coordinator, and the coordinator answers only
+// the daemons that host a copy of that stage in the current attempt. Gloo's own connections
+// (plain TCP, no authentication) bind to the daemon's private_address (config.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <zmq.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/protocol/control.h"
+
+namespace skytrain::daemon {
+
+struct ReplicaGroupOptions {
+  std::string coordinator;             // its control endpoint: where the store is kept
+  protocol::ClientSecurity security;   // this daemon's keys and the coordinator's key
+  std::string job;
+  int stage = 0;
+  int replica = 0;   // this copy: the rank
+  int replicas = 1;  // the group's size
+  int attempt = 0;   // the store's generation: an earlier attempt's keys are gone
+  std::string privateAddress;  // where Gloo binds (config.h)
+  std::string device = "cpu";  // "cpu": Gloo; "cuda[:N]": NCCL
+  double timeoutS = 120;       // rendezvous and each collective
+  std::function<bool()> aborted = [] { return false; };  // polled while waiting for the copies
+};
+
+class ReplicaGroup {
+ public:
+  // Meets the other copies; throws skytrain::PeerError when they do not come within the
+  // timeout, skytrain::Error when the device's backend is not built in.
+  ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& options);
+  ~ReplicaGroup();
+
+  // Sums the tensors over the copies in place and divides by their number: one flat bucket
+  // per dtype, so a step costs one collective.
+  void average(const std::vector<at::Tensor>& tensors);
+  // The backend's name ("gloo", "nccl").
+  std::string backend() const;
+  int size() const { return size_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int size_ = 1;
+};
+
+}  // namespace skytrain::daemon
