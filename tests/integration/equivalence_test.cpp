@@ -193,6 +193,31 @@ TEST_CASE("two replicas of each stage, averaging gradients over c10d Gloo, train
   CHECK(plan["allreduce_s"].get<double>() > 0);
 }
 
+TEST_CASE("a stage on a GPU trains like one process (where a GPU exists)", "[integration][gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("skipped: this LibTorch sees no CUDA device (Debian's libtorch-dev is CPU-only; build against a CUDA "
+         "LibTorch with CMAKE_PREFIX_PATH on a GPU machine to run it)");
+    return;
+  }
+  TestDaemon a("a"), b("b");
+  zmq::context_t context;
+  Json spec = specFor("1f1b", 2, a.control(), b.control());
+  const Trained reference = trainReference(spec);
+  spec["stages"][1]["device"] = "cuda";
+  spec["stages"][0]["replicas"] = {{{"daemon", a.control()}, {"device", "cuda"}}};
+  spec["stages"][1]["replicas"] = {{{"daemon", b.control()}, {"device", "cuda"}}};
+  const Json status = runJob(context, a.control(), spec);
+  REQUIRE(status["state"] == "succeeded");
+  const std::string job = status["id"];
+  auto parameters = loadStageWeights(a.dir() / "jobs" / job / "stage-0.pt");
+  parameters.merge(loadStageWeights(b.dir() / "jobs" / job / "stage-1.pt"));
+  for (const auto& [name, expected] : reference.parameters) {
+    INFO(name);
+    REQUIRE(parameters.count(name));
+    CHECK((parameters.at(name) - expected).abs().max().item<double>() <= 1e-3);  // GPU kernels reassociate more
+  }
+}
+
 TEST_CASE("a replicated stage is refused, with the reason, by a daemon without a private address", "[integration]") {
   TestDaemonOptions noPrivate;
   noPrivate.privateAddress = "";
