@@ -153,6 +153,8 @@ TEST_CASE("two replicas of each stage, averaging gradients over c10d Gloo, train
   CAPTURE(m);
   Json spec = specFor("1f1b", m, a.control(), b.control(), {{"lr", 1e-3}, {"clip_norm", 0.5}});
   const Trained reference = trainReference(spec);
+  const Json plain = runJob(context, a.control(), spec);
+  REQUIRE(plain["state"] == "succeeded");
   spec["stages"][0]["replicas"] = {{{"daemon", c.control()}}};
   spec["stages"][1]["replicas"] = {{{"daemon", b.control()}, {"device", "cpu"}}};
   const Json status = runJob(context, a.control(), spec);
@@ -164,6 +166,10 @@ TEST_CASE("two replicas of each stage, averaging gradients over c10d Gloo, train
     worstLoss = std::max(worstLoss, std::abs(loss - reference.losses[step]));
     CHECK(loss == Approx(reference.losses[step]).margin(kLossTolerance));
   }
+  // Each sample's activations and gradients cross between the stages once, as without
+  // copies: only the small clipping-norm frames are per pipeline.
+  const double rawPlain = plain["steps"][1]["bytes_raw"], rawReplicated = status["steps"][1]["bytes_raw"];
+  CHECK(rawReplicated == Approx(rawPlain).epsilon(0.01));
   const std::string job = status["id"];
   // Every copy ends with the same weights, and they are the whole batch's.
   double worstParameter = 0, worstCopy = 0;

@@ -102,3 +102,25 @@ TEST_CASE("the re-plan monitor needs a streak") {
   CHECK(monitor.observe(1.0, 0.5));
   CHECK_FALSE(monitor.observe(1.0, 0.5));  // fired once, then a new streak
 }
+
+TEST_CASE("replicas: R pipelines on B/R samples share the link, and the all-reduce adds to the step") {
+  // One pipeline on the whole batch against two on half each: the same bytes cross the
+  // link (at half its bandwidth per pipeline), the compute halves, the all-reduce is added.
+  PlannerInput one = pipeline(2, 64, 1e-3, 1e-3, 1e5, LinkProfile{1e7, 0.01, 0});
+  PlannerInput two = one;
+  two.replicas = 2;
+  two.batchSize = 32;
+  for (auto& s : two.stages) s.allReduceSeconds = 0.005;
+  const PlanRow a = evaluate(one, 4, ScheduleKind::GPipe), b = evaluate(two, 2, ScheduleKind::GPipe);
+  CHECK(b.bytesPerStep == Approx(a.bytesPerStep));  // the link carries each sample once
+  CHECK(b.allReduceSeconds == Approx(0.005));
+  // Micro-batches of 16 samples in both: the link time per micro-batch doubles (shared), the
+  // compute per micro-batch is the same, and there are half as many micro-batches.
+  PlannerInput twoNoReduce = two;
+  for (auto& s : twoNoReduce.stages) s.allReduceSeconds = 0;
+  CHECK(b.stepSeconds == Approx(evaluate(twoNoReduce, 2, ScheduleKind::GPipe).stepSeconds + 0.005));
+  PlannerInput twoDedicated = twoNoReduce;
+  twoDedicated.replicas = 1;  // as if each pipeline had the link to itself
+  CHECK(evaluate(twoNoReduce, 2, ScheduleKind::GPipe).stepSeconds >
+        evaluate(twoDedicated, 2, ScheduleKind::GPipe).stepSeconds);
+}
