@@ -64,19 +64,34 @@ std::string formatPlan(const nlohmann::json& plan) {
                   plan["replicas"].get<int>(), plan["replicas"].get<int>(), plan.value("batch_per_replica", 0));
     out += line;
   }
-  out += "     m  schedule     step (s)  bubble     sent/step     stash  all-reduce\n";
+  // The codecs the planner chose for "auto" directions: forward/backward, per link.
+  auto codecs = [](const nlohmann::json& row) {
+    std::string text;
+    const auto forward = row.value("forward_codecs", nlohmann::json::array());
+    const auto backward = row.value("backward_codecs", nlohmann::json::array());
+    for (size_t l = 0; l < forward.size() && l < backward.size(); ++l) {
+      const std::string f = forward[l].get<std::string>(), b = backward[l].get<std::string>();
+      text += (l ? ", " : "") + (f.empty() ? std::string("=") : f) + "/" + (b.empty() ? std::string("=") : b);
+    }
+    return text;
+  };
+  const bool choosing = !codecs(plan).empty();
+  out += std::string("     m  schedule     step (s)  bubble     sent/step     stash  all-reduce") +
+         (choosing ? "  codecs fwd/bwd per link" : "") + "\n";
   for (const auto& row : plan["table"]) {
-    const bool chosen = row["micro_batches"] == plan["micro_batches"] && row["schedule"] == plan["schedule"];
-    std::snprintf(line, sizeof line, "  %4d  %-11s %9.4f  %6.3f  %12s  %8s  %7.1f ms%s%s\n", row["micro_batches"].get<int>(),
+    const bool chosen = row["micro_batches"] == plan["micro_batches"] && row["schedule"] == plan["schedule"] &&
+                        codecs(row) == codecs(plan);
+    std::snprintf(line, sizeof line, "  %4d  %-11s %9.4f  %6.3f  %12s  %8s  %7.1f ms%s%s%s\n", row["micro_batches"].get<int>(),
                   row["schedule"].get<std::string>().c_str(), row["step_s"].get<double>(), row["bubble"].get<double>(),
                   formatBytes(row["bytes_per_step"].get<double>()).c_str(),
                   formatBytes(row["stash_bytes"].get<double>()).c_str(), 1e3 * row.value("allreduce_s", 0.0),
-                  row["fits"].get<bool>() ? "" : "  (over budget)",
+                  choosing ? ("  " + codecs(row)).c_str() : "", row["fits"].get<bool>() ? "" : "  (over budget)",
                   chosen ? "  <- chosen" : "");
     out += line;
   }
-  std::snprintf(line, sizeof line, "  chosen: m=%d %s, predicted %.4f s/step, bubble %.3f (from step %lld: %s)\n",
+  std::snprintf(line, sizeof line, "  chosen: m=%d %s%s, predicted %.4f s/step, bubble %.3f (from step %lld: %s)\n",
                 plan["micro_batches"].get<int>(), plan["schedule"].get<std::string>().c_str(),
+                choosing ? (", codecs " + codecs(plan)).c_str() : "",
                 plan["step_s"].get<double>(), plan["bubble"].get<double>(),
                 static_cast<long long>(plan["from_step"].get<int64_t>()), plan["reason"].get<std::string>().c_str());
   return out + line;

@@ -132,9 +132,13 @@ void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step
   spdlog::info("job {}: plan from step {} ({}): m={} {} predicted {:.4f} s/step", jobId_, step, reason,
                chosen.chosen.microBatches, scheduler::toString(chosen.chosen.schedule), chosen.chosen.stepSeconds);
   if (table_.dryRun(jobId_)) return;
-  sendToStages({{"type", protocol::kStagePlan}, {"micro_batches", chosen.chosen.microBatches},
-                {"schedule", scheduler::toString(chosen.chosen.schedule)}, {"warmups", chosen.chosen.warmups}},
-               kStageRequestTimeout);
+  nlohmann::json message = {{"type", protocol::kStagePlan}, {"micro_batches", chosen.chosen.microBatches},
+                             {"schedule", scheduler::toString(chosen.chosen.schedule)}, {"warmups", chosen.chosen.warmups}};
+  if (!chosen.chosen.forwardCodecs.empty()) {  // the codecs the planner chose for "auto" directions, per link
+    message["forward_codecs"] = chosen.chosen.forwardCodecs;
+    message["backward_codecs"] = chosen.chosen.backwardCodecs;
+  }
+  sendToStages(message, kStageRequestTimeout);
 }
 
 bool Coordinator::requestProfiles(int64_t step) {
@@ -264,8 +268,9 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
   scheduler::ReplanMonitor monitor(kReplanTolerance, kReplanPatience);
   // With m and the schedule both fixed by the spec, a new plan could change nothing; a
   // resumed attempt keeps its checkpoint's plan (exact resume), so it does not re-plan.
+  const bool autoCodecs = spec_.compression.forward == "auto" || spec_.compression.backward == "auto";
   const bool replannable =
-      (spec_.microBatches == 0 || spec_.schedule == "auto") && !resumed && !protocol::isFanIn(spec_);
+      (spec_.microBatches == 0 || spec_.schedule == "auto" || autoCodecs) && !resumed && !protocol::isFanIn(spec_);
   while (true) {
     table_.waitForChange(jobId_, std::chrono::milliseconds(100));
     const JobState state = table_.state(jobId_);

@@ -27,12 +27,18 @@ void checkCodecs(const protocol::JobSpec& spec) {
   const std::pair<const char*, std::string> fields[] = {{"$.compression.forward", spec.compression.forward},
                                                         {"$.compression.backward", spec.compression.backward},
                                                         {"$.compression.warmup", spec.compression.warmup}};
-  for (const auto& [path, codec] : fields) {
+  auto check = [](const std::string& path, const std::string& codec) {
     try {
       compression::builtinCodecs().make(codec);
     } catch (const Error& e) {
       throw SpecError(path, e.what());
     }
+  };
+  for (const auto& [path, codec] : fields) {
+    if (codec != "auto") check(path, codec);
+  }
+  for (size_t i = 0; i < spec.compression.allowed.size(); ++i) {
+    check("$.compression.allowed[" + std::to_string(i) + "]", spec.compression.allowed[i]);
   }
 }
 

@@ -78,9 +78,12 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
       model_->parameters(),
       torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay));
   const auto& codecs = compression::builtinCodecs();
-  steady_ = {codecs.make(spec.compression.forward), codecs.make(spec.compression.backward)};
+  // "auto" directions start uncompressed; the plan names their codecs (setPlan).
+  steadyForward_ = spec.compression.forward == "auto" ? "none" : spec.compression.forward;
+  steadyBackward_ = spec.compression.backward == "auto" ? "none" : spec.compression.backward;
+  steady_ = {codecs.make(steadyForward_), codecs.make(steadyBackward_)};
   warmup_ = {codecs.make(spec.compression.warmup), codecs.make(spec.compression.warmup)};
-  evalCodec_ = codecs.make(spec.compression.forward);
+  evalCodec_ = codecs.make(steadyForward_);
 }
 
 PipelineRunner::~PipelineRunner() = default;
@@ -98,7 +101,18 @@ void PipelineRunner::setPlan(const RunPlan& plan) {
                                       plan.warmups);
   const std::string problem = scheduler::validateSchedule(schedule_);
   if (!problem.empty()) throw Error("plan: schedule " + scheduler::toString(plan.schedule) + ": " + problem);
+  const auto& registry = compression::builtinCodecs();
+  if (spec_.compression.forward == "auto" && !plan.forwardCodec.empty() && plan.forwardCodec != steadyForward_) {
+    steady_.forward = registry.make(plan.forwardCodec);  // throws on an unknown spec, before anything changes
+    steadyForward_ = plan.forwardCodec;
+  }
+  if (spec_.compression.backward == "auto" && !plan.backwardCodec.empty() && plan.backwardCodec != steadyBackward_) {
+    steady_.backward = registry.make(plan.backwardCodec);
+    steadyBackward_ = plan.backwardCodec;
+  }
   plan_ = plan;
+  plan_.forwardCodec = steadyForward_;
+  plan_.backwardCodec = steadyBackward_;
 }
 
 void PipelineRunner::connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next) {

@@ -72,6 +72,9 @@ struct RunPlan {
   int microBatches = 1;
   scheduler::ScheduleKind schedule = scheduler::ScheduleKind::OneFOneB;
   std::vector<int> warmups;  // per stage, for 1f1b-delay
+  // The codecs this stage encodes with, when the spec says "auto": forward to the next
+  // stage, backward to the previous one. Empty: the spec's (or "none" before any plan).
+  std::string forwardCodec, backwardCodec;
 };
 
 class PipelineRunner {
@@ -97,6 +100,8 @@ class PipelineRunner {
   // Polled while waiting for frames; returning true throws Aborted.
   void setAbortCheck(std::function<bool()> check) { aborted_ = std::move(check); }
 
+  // A plan that names other codecs for "auto" directions replaces them (fresh error-feedback
+  // state: the residual of one codec means nothing to another).
   void setPlan(const RunPlan& plan);
   const RunPlan& plan() const { return plan_; }
   int microBatches() const { return schedule_.microBatches; }
@@ -222,6 +227,7 @@ class PipelineRunner {
   CodecPair steady_;
   CodecPair warmup_;
   std::unique_ptr<compression::Codec> evalCodec_;  // its own stream: eval must not touch training's residuals
+  std::string steadyForward_, steadyBackward_;      // the specs steady_ was made from
   CodecPair* codecs_ = &steady_;                     // the phase of the current step
   std::map<std::string, std::unique_ptr<compression::Codec>> decoders_;
   std::unique_ptr<PeerLink> previous_;

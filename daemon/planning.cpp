@@ -44,6 +44,23 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
       }
     }
     input.memoryBudgetBytes = budget;
+    // "auto" directions: each link's options as the stage that encodes them timed them, in
+    // the spec's order of preference.
+    const bool autoForward = spec.compression.forward == "auto", autoBackward = spec.compression.backward == "auto";
+    auto options = [&](const Json& profile, const char* direction) {
+      std::vector<scheduler::CodecOption> out;
+      const Json& timed = profile.at("compute").at("codecs").at(direction);
+      for (const auto& name : spec.compression.allowed) {
+        const Json& o = timed.at(name);
+        out.push_back({name, fit(o.at("seconds")), fit(o.at("bytes"))});
+      }
+      return out;
+    };
+    for (size_t s = 0; s + 1 < profiles.size() && (autoForward || autoBackward); ++s) {
+      input.forwardCodecs.push_back(autoForward ? options(profiles[s], "forward") : std::vector<scheduler::CodecOption>{});
+      input.backwardCodecs.push_back(autoBackward ? options(profiles[s + 1], "backward")
+                                                  : std::vector<scheduler::CodecOption>{});
+    }
   } catch (const Json::exception& e) {
     throw WireError(std::string("malformed stage profile: ") + e.what());
   }
@@ -82,6 +99,8 @@ Json toJson(const scheduler::PlanRow& row) {
           {"bubble", row.bubbleRatio},
           {"bytes_per_step", row.bytesPerStep},
           {"allreduce_s", row.allReduceSeconds},
+          {"forward_codecs", row.forwardCodecs},
+          {"backward_codecs", row.backwardCodecs},
           {"stash_bytes", row.stashBytes},
           {"fits", row.fits}};
 }

@@ -69,9 +69,36 @@ double PipelineRunner::timeAllReduce() {
 Json PipelineRunner::profileCompute() {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0x9f0f11e);
   // Fresh codecs: profiling must not touch the training streams' error-feedback state.
+  // An "auto" direction: the fits leave its codec out, and every allowed codec is timed
+  // on this stage's own tensors for the planner to choose (compute["codecs"]).
+  const bool autoForward = spec_.compression.forward == "auto" && !isLast();
+  const bool autoBackward = spec_.compression.backward == "auto" && !isFirst();
   const auto& registry = compression::builtinCodecs();
-  auto forwardCodec = registry.make(spec_.compression.forward);
-  auto backwardCodec = registry.make(spec_.compression.backward);
+  auto forwardCodec = registry.make(autoForward || spec_.compression.forward == "auto" ? "none" : spec_.compression.forward);
+  auto backwardCodec = registry.make(autoBackward || spec_.compression.backward == "auto" ? "none" : spec_.compression.backward);
+  std::vector<std::pair<std::string, std::unique_ptr<compression::Codec>>> forwardOptions, backwardOptions;
+  for (const auto& name : spec_.compression.allowed) {
+    if (autoForward) forwardOptions.emplace_back(name, registry.make(name));
+    if (autoBackward) backwardOptions.emplace_back(name, registry.make(name));
+  }
+  Json options = {{"forward", Json::object()}, {"backward", Json::object()}};
+  // Encode plus decode of `tensor` by each option at micro-batch size b: the fastest of three.
+  auto timeOptions = [&](std::vector<std::pair<std::string, std::unique_ptr<compression::Codec>>>& all,
+                         const at::Tensor& tensor, int64_t b, Json& into) {
+    for (auto& [name, codec] : all) {
+      double best = 1e30;
+      size_t bytes = 0;
+      for (int i = 0; i < 3; ++i) {
+        const auto start = Clock::now();
+        const auto encoded = codec->encode(tensor);
+        codec->decode(encoded);
+        best = std::min(best, secondsSince(start));
+        bytes = compression::frameBytes(encoded);
+      }
+      into[name]["seconds"].push_back({b, best});
+      into[name]["bytes"].push_back({b, bytes});
+    }
+  };
   Json forward = Json::array(), backward = Json::array(), outputBytes = Json::array(), gradientBytes = Json::array();
   constexpr int kProfileMicroBatch = -1;  // never a real micro-batch index
   {  // warm-up: the first pass pays for allocations and lazy initialisation
@@ -86,6 +113,7 @@ Json PipelineRunner::profileCompute() {
       auto start = Clock::now();
       at::Tensor output = model_->forward(kProfileMicroBatch, input);
       at::Tensor grad;
+      double forwardSeconds = 0;
       if (isLast()) {
         at::Tensor logits = output.requires_grad_(true);
         const at::Tensor targets = torch::randint(0, logits.size(-1), {logits.numel() / logits.size(-1)}, generator,
@@ -93,20 +121,28 @@ Json PipelineRunner::profileCompute() {
         torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets).backward();
         grad = logits.grad();
       } else {
+        const double modelSeconds = secondsSince(start);
+        const auto codecStart = Clock::now();
         const auto encoded = forwardCodec->encode(output);
         forwardCodec->decode(encoded);  // the receiver's work, counted on this side
         outBytes = compression::frameBytes(encoded);
+        forwardSeconds = modelSeconds + (autoForward ? 0.0 : secondsSince(codecStart));  // "auto": the option's
+        if (autoForward && repeat + 1 == kRepeats) timeOptions(forwardOptions, output, b, options["forward"]);
         grad = torch::randn(output.sizes(), generator);
       }
-      forwardTimes.push_back(secondsSince(start));
+      forwardTimes.push_back(isLast() ? secondsSince(start) : forwardSeconds);
       start = Clock::now();
       const at::Tensor gradInput = model_->backward(kProfileMicroBatch, grad);
+      double codecSeconds = 0;
       if (!isFirst()) {
+        const auto codecStart = Clock::now();
         const auto encoded = backwardCodec->encode(gradInput);
         backwardCodec->decode(encoded);
         gradBytes = compression::frameBytes(encoded);
+        codecSeconds = secondsSince(codecStart);
       }
-      backwardTimes.push_back(secondsSince(start));
+      backwardTimes.push_back(secondsSince(start) - (autoBackward ? codecSeconds : 0.0));  // "auto": the option's
+      if (autoBackward && repeat + 1 == kRepeats) timeOptions(backwardOptions, gradInput, b, options["backward"]);
     }
     forward.push_back({b, median(forwardTimes)});
     backward.push_back({b, median(backwardTimes)});
@@ -114,7 +150,9 @@ Json PipelineRunner::profileCompute() {
     gradientBytes.push_back({b, gradBytes});
   }
   optimizer_->zero_grad();  // profiling's gradients must not reach the first step
-  return computeProfile(std::move(forward), std::move(backward), std::move(outputBytes), std::move(gradientBytes));
+  Json profile = computeProfile(std::move(forward), std::move(backward), std::move(outputBytes), std::move(gradientBytes));
+  if (autoForward || autoBackward) profile["codecs"] = std::move(options);
+  return profile;
 }
 
 Json PipelineRunner::computeProfile(Json forward, Json backward, Json outputBytes, Json gradientBytes) const {
@@ -188,7 +226,7 @@ Json PipelineRunner::probeLinks(uint64_t step) {
   // A real frame of the job's size: the activation of a full batch through the job's codec.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0x11ec);
   const at::Tensor activation = model_->infer(randomInput(spec_.batchSize, generator));
-  return measureLink(step, compression::builtinCodecs().make(spec_.compression.forward)->encode(activation),
+  return measureLink(step, compression::builtinCodecs().make(steadyForward_)->encode(activation),
                      kMinProbeBytes, static_cast<uint16_t>(stage_ + 1), [](int i) { return static_cast<uint32_t>(i); });
 }
 

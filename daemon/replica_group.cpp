@@ -130,12 +130,11 @@ void ReplicaGroup::average(const std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return;
   std::map<c10::ScalarType, std::vector<at::Tensor>> byType;
   for (const auto& t : tensors) byType[t.scalar_type()].push_back(t);
-  for (auto& [type, group] : byType) {
-    std::vector<at::Tensor> flat{torch::cat([&] {
-      std::vector<at::Tensor> parts;
-      for (const auto& t : group) parts.push_back(t.reshape({-1}));
-      return parts;
-    }())};
+  for (auto& entry : byType) {
+    std::vector<at::Tensor>& group = entry.second;
+    std::vector<at::Tensor> parts;
+    for (const auto& t : group) parts.push_back(t.reshape({-1}));
+    std::vector<at::Tensor> flat{torch::cat(parts)};
     try {
       impl_->group->allreduce(flat)->wait();
     } catch (const std::exception& e) {

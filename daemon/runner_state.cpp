@@ -49,7 +49,9 @@ StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) c
             {"layers", {spec_.stages[stage_].firstLayer, spec_.stages[stage_].lastLayer}},
             {"plan", {{"micro_batches", plan_.microBatches},
                       {"schedule", scheduler::toString(plan_.schedule)},
-                      {"warmups", plan_.warmups}}},
+                      {"warmups", plan_.warmups},
+                      {"forward_codec", steadyForward_},
+                      {"backward_codec", steadyBackward_}}},
             {"codecs", {{"forward", spec_.compression.forward},
                         {"backward", spec_.compression.backward},
                         {"warmup", spec_.compression.warmup},
@@ -104,9 +106,26 @@ void PipelineRunner::restore(const StageSnapshot& snapshot) {
     if (!expAvg || !expAvgSq) throw WireError(where + ": AdamW state of \"" + name + "\" is incomplete");
     auto state = std::make_unique<torch::optim::AdamWParamState>();
     state->step(step->item<int64_t>());
-    state->exp_avg(expAvg->clone());
-    state->exp_avg_sq(expAvgSq->clone());
+    state->exp_avg(expAvg->to(tensor.device(), false, true));
+    state->exp_avg_sq(expAvgSq->to(tensor.device(), false, true));
     states[stateKey(tensor)] = std::move(state);
+  }
+  // The plan first: it makes the codecs (those "auto" chose) whose state follows.
+  const auto& plan = meta["plan"];
+  RunPlan restored;
+  restored.microBatches = plan.value("micro_batches", 1);
+  const auto kind = scheduler::parseScheduleKind(plan.value("schedule", std::string("?")));
+  if (!kind) throw WireError(where + ": unknown schedule in its plan");
+  restored.schedule = *kind;
+  restored.warmups = plan.value("warmups", std::vector<int>{});
+  restored.forwardCodec = plan.value("forward_codec", std::string());
+  restored.backwardCodec = plan.value("backward_codec", std::string());
+  try {
+    setPlan(restored);
+  } catch (const WireError&) {
+    throw;
+  } catch (const Error& e) {
+    throw WireError(where + ": its plan: " + e.what());
   }
   const std::pair<const char*, compression::Codec*> codecs[] = {
       {"steady.forward", steady_.forward.get()}, {"steady.backward", steady_.backward.get()},
@@ -132,14 +151,6 @@ void PipelineRunner::restore(const StageSnapshot& snapshot) {
   for (const auto& [name, tensor] : tensors) {
     if (!used.count(name)) throw WireError(where + ": unexpected tensor \"" + name + "\"");
   }
-  const auto& plan = meta["plan"];
-  RunPlan restored;
-  restored.microBatches = plan.value("micro_batches", 1);
-  const auto kind = scheduler::parseScheduleKind(plan.value("schedule", std::string("?")));
-  if (!kind) throw WireError(where + ": unknown schedule in its plan");
-  restored.schedule = *kind;
-  restored.warmups = plan.value("warmups", std::vector<int>{});
-  setPlan(restored);
 }
 
 }  // namespace skytrain::daemon

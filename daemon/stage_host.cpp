@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "compression/codec_registry.h"
 #include "daemon/admission.h"
 #include "daemon/files.h"
 #include "daemon/model_setup.h"
@@ -134,6 +135,15 @@ protocol::Json StageHost::plan(const protocol::StagePlan& request, const std::st
   if (!kind) throw Error("plan names an unknown schedule \"" + request.schedule + "\"");
   plan.schedule = *kind;
   plan.warmups = request.warmups;
+  // This stage's codecs among the links': forward on its link to the next, backward on its
+  // link to the previous. Checked here, so a bad name is the coordinator's error.
+  if (static_cast<size_t>(request.stage) < request.forwardCodecs.size()) plan.forwardCodec = request.forwardCodecs[request.stage];
+  if (request.stage > 0 && static_cast<size_t>(request.stage - 1) < request.backwardCodecs.size()) {
+    plan.backwardCodec = request.backwardCodecs[request.stage - 1];
+  }
+  for (const auto& codec : {plan.forwardCodec, plan.backwardCodec}) {
+    if (!codec.empty()) compression::builtinCodecs().make(codec);
+  }
   find(request, caller).deliverPlan(plan);
   return {{"ok", true}};
 }

@@ -69,10 +69,89 @@ PlanRow evaluate(const PlannerInput& input, int m, ScheduleKind kind) {
   return row;
 }
 
-Plan makePlan(const PlannerInput& input) {
-  if (input.stages.empty() || input.links.size() + 1 != input.stages.size()) {
-    throw Error("planner: needs p stage profiles and p-1 link profiles");
+PlannerInput withCodecs(const PlannerInput& input, const std::vector<std::pair<int, int>>& choice) {
+  PlannerInput out = input;
+  out.forwardCodecs.clear();
+  out.backwardCodecs.clear();
+  for (size_t link = 0; link < choice.size() && link + 1 < out.stages.size(); ++link) {
+    if (link < input.forwardCodecs.size() && !input.forwardCodecs[link].empty()) {
+      const CodecOption& c = input.forwardCodecs[link].at(static_cast<size_t>(choice[link].first));
+      out.stages[link].forwardSeconds.a += c.seconds.a;
+      out.stages[link].forwardSeconds.k += c.seconds.k;
+      out.stages[link].outputBytes = c.bytes;
+    }
+    if (link < input.backwardCodecs.size() && !input.backwardCodecs[link].empty()) {
+      const CodecOption& c = input.backwardCodecs[link].at(static_cast<size_t>(choice[link].second));
+      out.stages[link + 1].backwardSeconds.a += c.seconds.a;
+      out.stages[link + 1].backwardSeconds.k += c.seconds.k;
+      out.stages[link + 1].gradientBytes = c.bytes;
+    }
   }
+  return out;
+}
+
+namespace {
+
+Plan planFixedCodecs(const PlannerInput& input);
+
+// Every combination of the links' codec options, in order of preference; the one whose
+// best (m, schedule) is fastest wins, ties within 1% going to the earlier combination.
+Plan planWithCodecs(const PlannerInput& input) {
+  const size_t links = input.links.size();
+  auto options = [&](const std::vector<std::vector<CodecOption>>& all, size_t link) {
+    return link < all.size() && !all[link].empty() ? static_cast<int>(all[link].size()) : 1;
+  };
+  std::vector<std::pair<int, int>> choice(links, {0, 0});
+  constexpr size_t kMaxCombinations = 4096;
+  size_t combinations = 1;
+  for (size_t l = 0; l < links; ++l) {
+    combinations *= static_cast<size_t>(options(input.forwardCodecs, l) * options(input.backwardCodecs, l));
+    if (combinations > kMaxCombinations) throw Error("planner: more than 4096 codec combinations; allow fewer codecs");
+  }
+  auto names = [&](PlanRow& row, const std::vector<std::pair<int, int>>& c) {
+    row.forwardCodecs.clear();
+    row.backwardCodecs.clear();
+    for (size_t l = 0; l < links; ++l) {
+      row.forwardCodecs.push_back(l < input.forwardCodecs.size() && !input.forwardCodecs[l].empty()
+                                      ? input.forwardCodecs[l][static_cast<size_t>(c[l].first)].name
+                                      : "");
+      row.backwardCodecs.push_back(l < input.backwardCodecs.size() && !input.backwardCodecs[l].empty()
+                                       ? input.backwardCodecs[l][static_cast<size_t>(c[l].second)].name
+                                       : "");
+    }
+  };
+  std::optional<Plan> best;
+  std::vector<PlanRow> others;
+  std::optional<Error> lastError;
+  for (size_t n = 0; n < combinations; ++n) {
+    size_t rest = n;  // mixed-radix digits: link 0's forward option varies fastest
+    for (size_t l = 0; l < links; ++l) {
+      const int f = options(input.forwardCodecs, l), b = options(input.backwardCodecs, l);
+      choice[l] = {static_cast<int>(rest % f), static_cast<int>((rest / f) % b)};
+      rest /= static_cast<size_t>(f * b);
+    }
+    Plan plan;
+    try {
+      plan = planFixedCodecs(withCodecs(input, choice));
+    } catch (const Error& e) {  // nothing fits the memory budget under this combination
+      lastError = e;
+      continue;
+    }
+    names(plan.chosen, choice);
+    for (auto& row : plan.table) names(row, choice);
+    if (!best || plan.chosen.stepSeconds < best->chosen.stepSeconds * (1 - 0.01)) {
+      if (best) others.push_back(best->chosen);
+      best = std::move(plan);
+    } else {
+      others.push_back(plan.chosen);
+    }
+  }
+  if (!best) throw *lastError;
+  best->table.insert(best->table.end(), others.begin(), others.end());
+  return *best;
+}
+
+Plan planFixedCodecs(const PlannerInput& input) {
   if (input.schedules.empty()) throw Error("planner: no candidate schedule");
   Plan plan;
   bool found = false;
@@ -98,6 +177,19 @@ Plan makePlan(const PlannerInput& input) {
                 " bytes (the smallest activation stash needs " + std::to_string(smallestStash) + ")");
   }
   return plan;
+}
+
+}  // namespace
+
+Plan makePlan(const PlannerInput& input) {
+  if (input.stages.empty() || input.links.size() + 1 != input.stages.size()) {
+    throw Error("planner: needs p stage profiles and p-1 link profiles");
+  }
+  if (input.schedules.empty()) throw Error("planner: no candidate schedule");
+  bool choosing = false;
+  for (const auto& o : input.forwardCodecs) choosing = choosing || !o.empty();
+  for (const auto& o : input.backwardCodecs) choosing = choosing || !o.empty();
+  return choosing ? planWithCodecs(input) : planFixedCodecs(input);
 }
 
 bool ReplanMonitor::observe(double predicted, double measured) {

@@ -7,12 +7,21 @@
 
 #include <optional>
 #include <string>
+#include <string>
 #include <vector>
 
 #include "scheduler/cost_model.h"
 #include "scheduler/schedule.h"
 
 namespace skytrain::scheduler {
+
+// A codec the planner may choose for one direction of one link, as profiled on the job's
+// tensors: encode plus decode seconds and frame bytes, each a fit in the micro-batch size.
+struct CodecOption {
+  std::string name;    // its spec, e.g. "ef(int8)"
+  LinearFit seconds;   // encode + decode of one micro-batch's tensor
+  LinearFit bytes;     // the frame on the wire
+};
 
 struct PlannerInput {
   int batchSize = 1;  // one pipeline's: a replica's share of the job's batch
@@ -23,6 +32,11 @@ struct PlannerInput {
                                          ScheduleKind::OneFOneBDelayAware};
   double memoryBudgetBytes = 0;               // per stage, for the stash; 0: unlimited
   std::optional<int> microBatches;            // fixed m (the spec gave one)
+  // Per link, the codecs "auto" may choose in each direction, in order of preference (ties
+  // within 1% go to the earlier). Empty for a link: its codecs are fixed and already in the
+  // stages' fits. When given, the stages' fits leave that direction's codec out and
+  // outputBytes / gradientBytes come from the chosen option.
+  std::vector<std::vector<CodecOption>> forwardCodecs, backwardCodecs;
 };
 
 struct PlanRow {
@@ -35,12 +49,20 @@ struct PlanRow {
   double allReduceSeconds = 0; // the slowest stage's gradient all-reduce among its copies
   double stashBytes = 0;       // the largest stage's activation stash
   bool fits = true;            // stash within the memory budget
+  std::vector<std::string> forwardCodecs, backwardCodecs;  // per link, when the planner chose them
 };
 
 struct Plan {
   PlanRow chosen;
-  std::vector<PlanRow> table;  // every candidate, by m then schedule
+  // Every (m, schedule) under the chosen codecs, by m then schedule; then, when the planner
+  // chose codecs, the best row of every other codec combination.
+  std::vector<PlanRow> table;
 };
+
+// The input with one codec combination applied (choice: per link, the index of its forward
+// and of its backward option): the codec's seconds added to the sending stage's forward
+// (forward codec) or backward (backward codec), its bytes as the frame sizes.
+PlannerInput withCodecs(const PlannerInput& input, const std::vector<std::pair<int, int>>& choice);
 
 // Throws skytrain::Error when no candidate fits (naming the smallest stash it needed).
 Plan makePlan(const PlannerInput& input);

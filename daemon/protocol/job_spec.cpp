@@ -161,6 +161,16 @@ CompressionSpec parseCompression(ObjectReader r) {
   c.backward = r.string("backward", c.backward);
   c.warmupSteps = static_cast<int>(r.integer("warmup_steps", c.warmupSteps, 0, kBig));
   c.warmup = r.string("warmup", c.warmup);
+  if (r.has("allowed")) {
+    c.allowed = r.strings("allowed", std::nullopt);
+    if (c.allowed.empty() || c.allowed.size() > 16) throw SpecError(r.pathOf("allowed"), "expected 1..16 codec specs");
+    for (size_t i = 0; i < c.allowed.size(); ++i) {
+      if (c.allowed[i].empty() || c.allowed[i].size() > 128 || c.allowed[i] == "auto") {
+        throw SpecError(r.pathOf("allowed") + "[" + std::to_string(i) + "]", "must be a codec spec (not \"auto\")");
+      }
+    }
+  }
+  if (c.warmup == "auto") throw SpecError(r.pathOf("warmup"), "the warm-up codec is fixed (\"auto\" is for forward and backward)");
   r.finish();
   return c;
 }
@@ -451,7 +461,7 @@ JobSpec parseJobSpec(const std::string& text) {
   if (spec.model.kind == "electra") {
     // Generators send token IDs: the tokens codec (alone or under zstd), by default alone.
     auto& c = spec.compression;
-    if (c.forward == "none") c.forward = "tokens";
+    if (c.forward == "none" || c.forward == "auto") c.forward = "tokens";
     if (c.forward != "tokens" && c.forward != "tokens+zstd") {
       throw SpecError("$.compression.forward", "\"" + c.forward + "\": ELECTRA links carry token IDs (tokens or tokens+zstd)");
     }

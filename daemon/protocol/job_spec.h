@@ -110,8 +110,11 @@ double learningRate(const OptimizerSpec& optimizer, int64_t step, int64_t totalS
 
 // Codec specs per direction and per phase (compression/codec_registry.h has the grammar).
 struct CompressionSpec {
-  std::string forward = "none";   // activations, stage s -> s+1
-  std::string backward = "none";  // activation gradients, stage s+1 -> s
+  std::string forward = "none";   // activations, stage s -> s+1; "auto": the planner picks from `allowed`
+  std::string backward = "none";  // activation gradients, stage s+1 -> s; "auto" as above
+  // What "auto" chooses from, per link, in order of preference: by default the codecs that
+  // keep training's quality (docs/BENCHMARKS.md, "Codec quality over seeds").
+  std::vector<std::string> allowed = {"none", "fp16", "bf16", "ef(int8)"};
   int warmupSteps = 0;            // steps [0, warmupSteps) use `warmup` in both directions
   std::string warmup = "none";
 

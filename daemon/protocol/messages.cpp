@@ -120,11 +120,22 @@ PlanMessage parsePlan(ObjectReader& r) {
       m.warmups.push_back(w.get<int>());
     }
   }
+  for (auto [key, out] : {std::pair{"forward_codecs", &m.forwardCodecs}, std::pair{"backward_codecs", &m.backwardCodecs}}) {
+    if (!r.has(key)) continue;
+    *out = r.strings(key, std::nullopt);
+    if (out->size() > 64) throw SpecError(r.pathOf(key), "expected at most 64 codec specs");
+    for (const auto& c : *out) {
+      if (c.size() > 128) throw SpecError(r.pathOf(key), "a codec spec is at most 128 characters");
+    }
+  }
   return m;
 }
 
 json planJson(const PlanMessage& m) {
-  return {{"micro_batches", m.microBatches}, {"schedule", m.schedule}, {"warmups", m.warmups}};
+  json j = {{"micro_batches", m.microBatches}, {"schedule", m.schedule}, {"warmups", m.warmups}};
+  if (!m.forwardCodecs.empty()) j["forward_codecs"] = m.forwardCodecs;
+  if (!m.backwardCodecs.empty()) j["backward_codecs"] = m.backwardCodecs;
+  return j;
 }
 
 StoreRequest parseStore(ObjectReader& r) {

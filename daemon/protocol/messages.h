@@ -42,6 +42,9 @@ struct PlanMessage {
   int microBatches = 1;
   std::string schedule;
   std::vector<int> warmups;
+  // Per link, the codecs the planner chose for a spec's "auto" directions ("" or absent:
+  // the spec's own).
+  std::vector<std::string> forwardCodecs, backwardCodecs;
 };
 
 struct StagePrepare : StageRef {

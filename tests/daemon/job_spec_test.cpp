@@ -177,6 +177,25 @@ TEST_CASE("replicas and devices: copies per stage, slots numbered replica-major"
   }
 }
 
+TEST_CASE("compression \"auto\": the planner picks from allowed, lossless-quality codecs by default") {
+  json spec = validSpec();
+  spec["compression"] = {{"forward", "auto"}, {"backward", "auto"}};
+  const auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.compression.allowed == std::vector<std::string>{"none", "fp16", "bf16", "ef(int8)"});
+  spec["compression"]["allowed"] = {"none", "int4+rot"};
+  CHECK(parseJobSpec(spec.dump()).compression.allowed.size() == 2);
+  SECTION("allowed holds codecs, not auto") {
+    spec["compression"]["allowed"] = {"auto"};
+    CHECK(refusal(spec).first == "$.compression.allowed[0]");
+    spec["compression"]["allowed"] = json::array();
+    CHECK(refusal(spec).first == "$.compression.allowed");
+  }
+  SECTION("the warm-up codec is fixed") {
+    spec["compression"]["warmup"] = "auto";
+    CHECK(refusal(spec).first == "$.compression.warmup");
+  }
+}
+
 TEST_CASE("micro_batches and schedule default to auto") {
   json spec = validSpec();
   spec.erase("micro_batches");

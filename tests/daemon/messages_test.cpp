@@ -51,7 +51,7 @@ TEST_CASE("each request type parses and round-trips") {
   replicated.replica = 1;
   replicated.groupAttempt = 0;
   const Request requests[] = {Ping{}, List{}, Submit{"{}", true}, Status{kJob, 4}, Cancel{kJob}, start,
-                              StageAbort{{kJob, 2}}, StagePlan{{kJob, 0}, {4, "1f1b", {1, 2}}}, StageHeartbeat{{kJob, 1}}, Resume{kJob},
+                              StageAbort{{kJob, 2}}, StagePlan{{kJob, 0}, {4, "1f1b", {1, 2}}}, StagePlan{{kJob, 1}, {2, "gpipe", {}, {"ef(int8)"}, {"fp16"}}}, StageHeartbeat{{kJob, 1}}, Resume{kJob},
                               StageProfile{{kJob, 0}, 10}, report, store, replicated};
   for (const auto& request : requests) {
     const json wire = toJson(request);

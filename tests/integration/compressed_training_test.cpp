@@ -3,6 +3,8 @@
 // codecs' size formulas predict; a job cut at a rank-8 split point sends r numbers a token.
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include <cmath>
 
 #include "daemon_fixture.h"
@@ -90,6 +92,45 @@ TEST_CASE("the warm-up codec applies to the first steps, both directions", "[int
   for (const auto& step : status["steps"]) {
     CAPTURE(step["step"]);
     CHECK(step["bytes_sent"].get<double>() == (step["step"].get<int>() < 2 ? warm : steady));
+  }
+}
+
+TEST_CASE("\"auto\" codecs: the planner chooses from the allowed list and the stages switch to its choice",
+          "[integration]") {
+  TestDaemon a("aa"), b("ab");
+  zmq::context_t context;
+  const int64_t elements = kTokensPerMicroBatch * kDModel;
+  auto bytesOf = [&](const std::string& codec) {  // one frame of a micro-batch's activation or gradient
+    if (codec == "none") return static_cast<double>(header(codec) + 4 * elements);
+    if (codec == "fp16" || codec == "bf16") return static_cast<double>(header(codec) + 2 * elements);
+    if (codec == "ef(int8)" || codec == "int8") return static_cast<double>(header(codec) + 4 * kTokensPerMicroBatch + elements);
+    FAIL("unexpected codec " << codec);
+    return 0.0;
+  };
+  SECTION("one allowed codec: the plan must take it, and every step's frames are that codec's") {
+    Json s = spec(a.control(), b.control(), "auto", "auto");
+    s["steps"] = 4;
+    s["compression"]["allowed"] = {"int8"};
+    const Json status = runJob(context, a.control(), s);
+    REQUIRE(status["state"] == "succeeded");
+    const Json& plan = status["plans"].back();
+    CHECK(plan["forward_codecs"] == Json{"int8"});
+    CHECK(plan["backward_codecs"] == Json{"int8"});
+    for (const auto& step : status["steps"]) CHECK(step["bytes_sent"].get<double>() == kMicroBatches * 2 * bytesOf("int8"));
+  }
+  SECTION("the default list: a lossless-quality choice per direction, timed on the job's tensors") {
+    const Json status = runJob(context, a.control(), spec(a.control(), b.control(), "auto", "auto"));
+    REQUIRE(status["state"] == "succeeded");
+    const Json& plan = status["plans"].back();
+    REQUIRE(plan["forward_codecs"].size() == 1);
+    const std::string forward = plan["forward_codecs"][0], backward = plan["backward_codecs"][0];
+    WARN("loopback: the planner chose " << forward << " forward, " << backward << " backward");
+    const double expected = kMicroBatches * (bytesOf(forward) + bytesOf(backward));
+    CHECK(status["steps"].back()["bytes_sent"].get<double>() == expected);
+    // Every allowed combination was weighed: the table holds the best row of each of the 16.
+    std::set<std::string> combinations;
+    for (const auto& row : plan["table"]) combinations.insert(row["forward_codecs"].dump() + row["backward_codecs"].dump());
+    CHECK(combinations.size() == 16);
   }
 }
 

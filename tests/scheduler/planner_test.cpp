@@ -124,3 +124,29 @@ TEST_CASE("replicas: R pipelines on B/R samples share the link, and the all-redu
   CHECK(evaluate(twoNoReduce, 2, ScheduleKind::GPipe).stepSeconds >
         evaluate(twoDedicated, 2, ScheduleKind::GPipe).stepSeconds);
 }
+
+TEST_CASE("codecs: a slow link takes the codec that sends fewer bytes; a fast one keeps the cheaper codec") {
+  auto input = [](double bandwidth) {
+    PlannerInput in = pipeline(2, 16, 1e-3, 1e-3, 0, LinkProfile{bandwidth, 0.01, 0});
+    // The fits leave the codec out; each option brings its own time and bytes.
+    const CodecOption none{"none", {0, 1e-5}, {64, 4e6}}, int8{"ef(int8)", {0, 2e-3}, {64, 1e6}};
+    in.forwardCodecs = {{none, int8}};
+    in.backwardCodecs = {{none, int8}};
+    return in;
+  };
+  const Plan slow = makePlan(input(1e7));  // 10 MB/s: 4 MB a sample uncompressed is 0.4 s
+  CHECK(slow.chosen.forwardCodecs == std::vector<std::string>{"ef(int8)"});
+  CHECK(slow.chosen.backwardCodecs == std::vector<std::string>{"ef(int8)"});
+  const Plan fast = makePlan(input(1e11));  // 100 GB/s: encoding costs more than it saves
+  CHECK(fast.chosen.forwardCodecs == std::vector<std::string>{"none"});
+  CHECK(fast.chosen.backwardCodecs == std::vector<std::string>{"none"});
+  // The table has every (m, schedule) of the chosen codecs and the best row of the other three.
+  size_t others = 0;
+  for (const auto& row : fast.table) others += row.forwardCodecs != fast.chosen.forwardCodecs || row.backwardCodecs != fast.chosen.backwardCodecs;
+  CHECK(others == 3);
+  // withCodecs adds an option's time to the stage that encodes it and takes its bytes.
+  const PlannerInput applied = withCodecs(input(1e7), {{1, 0}});
+  CHECK(applied.stages[0].forwardSeconds.k == Approx(1e-3 + 2e-3));
+  CHECK(applied.stages[0].outputBytes.k == Approx(1e6));
+  CHECK(applied.stages[1].gradientBytes.k == Approx(4e6));
+}
