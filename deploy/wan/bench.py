@@ -13,6 +13,9 @@ Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch]
   tables: any of "abc" (default all); SEEDS=n (default 3) runs table b over seeds 1..n and
   reports each strategy's mean step time and its validation loss as mean (min-max);
   STRATEGIES="F/B,F/B" replaces table b's rows (forward/backward codec specs).
+  Table a: A_STAGES="2 3" and A_RATES="inf 100 1000" (Mbit/s; inf is the single cloud, and
+  must stay) choose its rows; each runs none/none, the article's strategy and auto/auto
+  (the planner chooses the codecs from the default lossless-quality list).
 """
 import json
 import os
@@ -67,7 +70,8 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
     step_s = sum(s["step_s"] for s in steady) / len(steady)
     return {
         "step_s": step_s, "samples_per_s": BATCH / step_s, "m": plan["micro_batches"],
-        "schedule": plan["schedule"], "replans": len(status["plans"]) - 1,
+        "schedule": plan["schedule"] + (f" {plan['forward_codecs'][0]}/{plan['backward_codecs'][0]}"
+                                    if plan.get("forward_codecs") else ""), "replans": len(status["plans"]) - 1,
         "validation": status["summary"].get("validation_loss"),
         "bytes": status["summary"]["bytes_sent_per_step"], "plan": plan,
     }
@@ -96,12 +100,13 @@ def throughput_tables():
           "compute limit s | larger limit / step |")
     print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
     results = {}
-    for stages in (2, 3):
-        for rate in ("inf", "100", "1000"):
+    for stages in (int(x) for x in os.environ.get("A_STAGES", "2 3").split()):
+        for rate in os.environ.get("A_RATES", "inf 100 1000").split():
             links = ",".join([f"{rate}:{0 if rate == 'inf' else 20}"] * (stages - 1))
             runs = with_testbed(links, lambda: {
                 "none": run_job(stages),
                 f"{ARTICLE_FWD} / int8": run_job(stages, ARTICLE_FWD, "int8"),
+                "auto / auto": run_job(stages, "auto", "auto"),
             })
             for strategy, r in runs.items():
                 results[(stages, rate, strategy)] = r
