@@ -74,8 +74,8 @@ Json PipelineRunner::profileCompute() {
   const bool autoForward = spec_.compression.forward == "auto" && !isLast();
   const bool autoBackward = spec_.compression.backward == "auto" && !isFirst();
   const auto& registry = compression::builtinCodecs();
-  auto forwardCodec = registry.make(autoForward || spec_.compression.forward == "auto" ? "none" : spec_.compression.forward);
-  auto backwardCodec = registry.make(autoBackward || spec_.compression.backward == "auto" ? "none" : spec_.compression.backward);
+  auto forwardCodec = registry.make(spec_.compression.forward == "auto" ? "none" : spec_.compression.forward);
+  auto backwardCodec = registry.make(spec_.compression.backward == "auto" ? "none" : spec_.compression.backward);
   std::vector<std::pair<std::string, std::unique_ptr<compression::Codec>>> forwardOptions, backwardOptions;
   for (const auto& name : spec_.compression.allowed) {
     if (autoForward) forwardOptions.emplace_back(name, registry.make(name));
