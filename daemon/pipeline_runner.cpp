@@ -53,9 +53,18 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   } catch (const Error& e) {  // WireError (a malformed file) included
     throw Error(std::string(kBadModel) + e.what());
   }
-  if (!device_.is_cpu()) {  // parameters and buffers in place, as Module.to() does
-    torch::NoGradGuard noGrad;
-    for (auto& [name, tensor] : model_->stateDict()) tensor.set_data(tensor.to(device_));
+  auto toDevice = [&](stages::Stage& stage) {
+    if (device_.is_cpu()) return;
+    torch::NoGradGuard noGrad;  // parameters and buffers in place, as Module.to() does
+    for (auto& [name, tensor] : stage.stateDict()) tensor.set_data(tensor.to(device_));
+  };
+  toDevice(*model_);
+  delayed_ = spec.update == "delayed";
+  for (auto& copy : copies_) {
+    if (!delayed_) break;
+    copy = source_->build(stage);  // its values come from model_ at each round's start
+    stages::applyTrainable(*copy, spec.model.trainable);
+    toDevice(*copy);
   }
 
   fanIn_ = source_->fanIn();
@@ -154,6 +163,8 @@ StepStats PipelineRunner::runStep(uint64_t step) {
     waitForCredit(step);
     stats.lead = lead_;
     producerStep(step, lossSum);
+  } else if (delayed_) {
+    runRound(step, lossSum, stats.skipped);
   } else {
     for (const auto& op : schedule_.ops[stage_]) {
       if (op.kind == scheduler::OpKind::Forward) {
@@ -164,17 +175,19 @@ StepStats PipelineRunner::runStep(uint64_t step) {
     }
   }
   const double lr = protocol::learningRate(spec_.optimizer, static_cast<int64_t>(step), spec_.steps);
-  const bool update = finishGradients(step);
-  {
-    Timed timed(computeSeconds_);
-    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    if (update) optimizer_->step();
-    optimizer_->zero_grad();
+  if (!delayed_) {
+    const bool update = finishGradients(step);
+    {
+      Timed timed(computeSeconds_);
+      for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+      if (update) optimizer_->step();
+      optimizer_->zero_grad();
+    }
+    SKYTRAIN_CHECK(model_->inFlight() == 0, "micro-batches left in flight after step " << step);
+    stats.skipped = !update;
   }
-  SKYTRAIN_CHECK(model_->inFlight() == 0, "micro-batches left in flight after step " << step);
   if (fanIn_ && isLast()) acknowledge(step);
   stats.lr = lr;
-  stats.skipped = !update;
   const int lossTerms = schedule_.microBatches * (fanIn_ && isLast() ? producers() : 1);
   stats.loss = isLast() || fanIn_ ? lossSum / lossTerms : std::nan("");
   stats.computeSeconds = computeSeconds_;
@@ -212,13 +225,13 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
   at::Tensor output;
   {
     Timed timed(computeSeconds_);
-    if (isLast() && data_) model_->setTargets(batch.targets);
-    output = model_->forward(microBatch, input);
+    if (isLast() && data_) active(step).setTargets(batch.targets);
+    output = active(step).forward(microBatch, input);
     if (isLast()) {
       // The stage keeps the graph; the loss's gradient w.r.t. the logits is taken here and
       // fed to backward() when the schedule reaches B(microBatch).
       at::Tensor logits = output.requires_grad_(true);
-      at::Tensor loss = model_->loss(logits, batch.targets);
+      at::Tensor loss = active(step).loss(logits, batch.targets);
       (loss / schedule_.microBatches).backward();
       lossGradients_[microBatch] = logits.grad();
       const double value = loss.item<double>();
@@ -230,7 +243,7 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
       return;
     }
   }
-  transmit(*next_, *codecs_->forward, FrameDirection::Forward, step, microBatch, stage_ + 1, output);
+  transmit(*next_, *codecsFor(step).forward, FrameDirection::Forward, step, microBatch, stage_ + 1, output);
 }
 
 void PipelineRunner::backward(uint64_t step, int microBatch) {
@@ -245,10 +258,10 @@ void PipelineRunner::backward(uint64_t step, int microBatch) {
   at::Tensor gradInput;
   {
     Timed timed(computeSeconds_);
-    gradInput = model_->backward(microBatch, grad);
+    gradInput = active(step).backward(microBatch, grad);
   }
   if (!isFirst()) {
-    transmit(*previous_, *codecs_->backward, FrameDirection::Backward, step, microBatch, stage_ - 1, gradInput);
+    transmit(*previous_, *codecsFor(step).backward, FrameDirection::Backward, step, microBatch, stage_ - 1, gradInput);
   }
 }
 
@@ -329,6 +342,11 @@ compression::TensorFrame PipelineRunner::awaitFrame(PeerLink& link, FrameDirecti
                                                     int microBatch) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(spec_.peerTimeoutS);
   const int from = compression::travelsUpstream(direction) ? stage_ + 1 : stage_ - 1;
+  if (auto it = stashedNorms_.find({static_cast<int>(direction), step}); it != stashedNorms_.end()) {
+    compression::TensorFrame frame = std::move(it->second);
+    stashedNorms_.erase(it);
+    return frame;
+  }
   while (true) {
     if (aborted_()) throw Aborted{};
     auto frame = link.recv(std::chrono::milliseconds(50));
@@ -340,7 +358,16 @@ compression::TensorFrame PipelineRunner::awaitFrame(PeerLink& link, FrameDirecti
       }
       continue;
     }
-    if (frame->direction != direction || frame->step != step || frame->microBatch != static_cast<uint32_t>(microBatch)) {
+    const bool wanted = frame->direction == direction && frame->step == step &&
+                        frame->microBatch == static_cast<uint32_t>(microBatch);
+    constexpr size_t kMaxStashedNorms = 4;  // the delayed update has at most two gradients pending
+    if (!wanted && delayed_ && frame->direction == FrameDirection::NormDown && frame->microBatch == 0 &&
+        stashedNorms_.size() < kMaxStashedNorms &&
+        stashedNorms_.emplace(std::make_pair(static_cast<int>(FrameDirection::NormDown), frame->step), std::move(*frame))
+            .second) {
+      continue;
+    }
+    if (!wanted) {
       throw WireError("stage " + std::to_string(from) + " sent " + compression::toString(frame->direction) +
                       " frame step " + std::to_string(frame->step) + " micro-batch " +
                       std::to_string(frame->microBatch) + " while " + compression::toString(direction) +

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -119,6 +120,14 @@ class PipelineRunner {
   nlohmann::json profile(uint64_t step);
 
   StepStats runStep(uint64_t step);
+  // The delayed update (delayed_update.cpp) at a boundary that every stage reaches at the
+  // same step (a checkpoint, a validation, a profile): drain() runs the backwards the last
+  // round deferred and learns every pending gradient's global norm, so no frame of the
+  // step stays in flight; the pending gradients stay pending (the update's arithmetic does
+  // not depend on where boundaries fall). flush() drains, then applies them: the job's end.
+  // Both do nothing under the synchronous update.
+  void drain();
+  void flush();
   // Validation pass after `step`; the mean token loss on the last stage, else nullopt.
   std::optional<double> runEval(uint64_t step);
   // A classifier's validation accuracy of the last runEval (the last stage); else nullopt.
@@ -185,6 +194,27 @@ class PipelineRunner {
   // one process) and sends it back downstream.
   at::Tensor exchangeNorms(uint64_t step, const at::Tensor& mine);
   void backward(uint64_t step, int microBatch);
+  // The stage a step's ops run on: model_, or under the delayed update the working copy of
+  // the step's parity.
+  stages::Stage& active(uint64_t step) { return delayed_ ? *copies_[step % 2] : *model_; }
+  CodecPair& codecsFor(uint64_t step) {
+    return static_cast<int64_t>(step) < spec_.compression.warmupSteps ? warmup_ : steady_;
+  }
+  // The delayed update (delayed_update.cpp). A round: the pending gradients two steps old
+  // are applied to model_, which is copied into the step's working copy; then the step's
+  // ops, the previous step's deferred backwards among them (delayedRoundOps).
+  struct PendingGradient {
+    uint64_t step = 0;
+    at::Tensor total;        // the global gradient norm; undefined until known
+    bool needsTotal = true;  // false: no clipping and nothing to skip (checked locally)
+  };
+  void runRound(uint64_t step, double& lossSum, bool& skipped);
+  // After a step's last backward on this stage: averages over the copies, then sends the
+  // norms upstream (joined to the later stages'); the first stage sends the total down.
+  void completeGradient(uint64_t step);
+  void resolveTotal(PendingGradient& pending);  // the total from the previous stage, passed on
+  bool applyGradient(PendingGradient pending);  // false: skipped (a non-finite total)
+  std::vector<std::pair<std::string, at::Tensor>> gradients(stages::Stage& copy) const;
   // The next frame, checked to carry expectedShape (float32) before it is decoded.
   at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch,
                      const std::vector<int64_t>& expectedShape);
@@ -240,6 +270,13 @@ class PipelineRunner {
   int lead_ = -1;        // a producer: how far ahead the current step started
   int64_t maskId_ = 0;   // a producer: the [MASK] token, one past the tokenizer's vocabulary
   std::map<int, at::Tensor> lossGradients_;  // last stage: d(loss/m)/d(logits) per micro-batch
+  bool delayed_ = false;                     // spec "update": "delayed"
+  std::unique_ptr<stages::Stage> copies_[2];  // working copies for even and odd steps
+  std::deque<PendingGradient> pending_;       // complete gradients not yet applied, oldest first
+  std::optional<uint64_t> deferred_;          // the step whose last backwards the next round runs
+  // Under the delayed update a norm frame going down may arrive among later steps' frames:
+  // it waits here (a few at most) until its gradient is applied.
+  std::map<std::pair<int, uint64_t>, compression::TensorFrame> stashedNorms_;
   std::function<bool()> aborted_ = [] { return false; };
   double computeSeconds_ = 0;
   double allReduceSeconds_ = 0;  // the step's gradient all-reduce among the copies

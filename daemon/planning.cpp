@@ -23,6 +23,7 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
   input.batchSize = spec.batchSize / input.replicas;  // each pipeline's share
   if (spec.microBatches > 0) input.microBatches = spec.microBatches;
   if (spec.schedule != "auto") input.schedules = {*scheduler::parseScheduleKind(spec.schedule)};
+  input.delayedUpdate = spec.update == "delayed";
   try {
     double budget = 0;
     for (size_t s = 0; s < profiles.size(); ++s) {

@@ -41,6 +41,17 @@ StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) c
     std::lock_guard<std::mutex> lock(generator.mutex());
     tensors.emplace_back("rng/cpu", generator.get_state());
   }
+  // The delayed update's gradients not yet applied (drain() ran): they are the run's future too.
+  SKYTRAIN_CHECK(!deferred_, "a snapshot of the delayed update needs drain() first");
+  for (size_t k = 0; k < pending_.size(); ++k) {
+    const auto& p = pending_[k];
+    const std::string head = "pending/" + std::to_string(k) + "/";
+    tensors.emplace_back(head + "step", torch::tensor(static_cast<int64_t>(p.step), torch::kLong));
+    if (p.needsTotal) tensors.emplace_back(head + "total", p.total.detach().to(at::kCPU, false, true).reshape({}));
+    for (const auto& [name, grad] : gradients(*copies_[p.step % 2])) {
+      tensors.emplace_back(head + "grad/" + name, grad.detach().to(at::kCPU, false, true));
+    }
+  }
   s.meta = {{"format", kCheckpointFormat},
             {"job", jobId},
             {"stage", stage_},
@@ -147,6 +158,29 @@ void PipelineRunner::restore(const StageSnapshot& snapshot) {
     } catch (const c10::Error& e) {
       throw WireError(where + ": bad RNG state: " + e.what_without_backtrace());
     }
+  }
+  pending_.clear();
+  deferred_.reset();
+  const int64_t step = meta.value("step", int64_t{-1});
+  for (int k = 0; delayed_ && k < 2; ++k) {
+    const std::string head = "pending/" + std::to_string(k) + "/";
+    const auto pendingStep = take(head + "step", torch::tensor(int64_t{0}, torch::kLong));
+    if (!pendingStep) break;
+    PendingGradient p;
+    const int64_t value = pendingStep->item<int64_t>();
+    const bool inOrder = pending_.empty() || value > static_cast<int64_t>(pending_.back().step);
+    if ((value != step - 1 && value != step) || !inOrder) {
+      throw WireError(where + ": a pending gradient of step " + std::to_string(value));
+    }
+    p.step = static_cast<uint64_t>(value);
+    const auto total = take(head + "total", torch::tensor(0.0f));
+    p.needsTotal = total.has_value();
+    if (total) p.total = total->clone();
+    for (auto& [name, parameter] : copies_[p.step % 2]->stateDict()) {
+      parameter.mutable_grad() = at::Tensor();
+      if (const auto grad = take(head + "grad/" + name, parameter)) parameter.mutable_grad() = grad->to(device_).clone();
+    }
+    pending_.push_back(std::move(p));
   }
   for (const auto& [name, tensor] : tensors) {
     if (!used.count(name)) throw WireError(where + ": unexpected tensor \"" + name + "\"");

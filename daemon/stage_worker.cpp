@@ -177,6 +177,7 @@ void StageWorker::run() {
     for (int step = firstStep; step < steps; ++step) {
       if (aborted_) throw Aborted{};
       if (profileDue(step)) {
+        runner.drain();  // the delayed update's last round ends before the probes
         auto message = simple(protocol::ReportKind::Profile, step);
         message.profile = runner.profile(static_cast<uint64_t>(step));
         report(std::move(message));
@@ -189,7 +190,9 @@ void StageWorker::run() {
       const bool last = step + 1 == steps;
       const int every = a.spec.checkpoint.interval;
       double checkpointSeconds = 0;
+      if (last) runner.flush();  // the delayed update's pending gradients: the final weights have them
       if (last || (every > 0 && (step + 1) % every == 0)) {
+        runner.drain();
         const auto start = Clock::now();
         writer.write(step, runner.snapshot(a.jobId, step));  // a copy; written in the background
         checkpointSeconds = secondsSince(start);
@@ -210,7 +213,9 @@ void StageWorker::run() {
       report(std::move(message));
       confirmCheckpoints(writer);
       const int interval = a.spec.eval.interval;
-      if (a.replica == 0 && (last || (interval > 0 && (step + 1) % interval == 0))) {  // replica 0's pipeline validates
+      const bool validates = last || (interval > 0 && (step + 1) % interval == 0);
+      if (validates) runner.drain();  // every copy: the drain exchanges norms along its own pipeline
+      if (a.replica == 0 && validates) {  // replica 0's pipeline validates
         if (auto loss = runner.runEval(static_cast<uint64_t>(step))) {
           auto eval = simple(protocol::ReportKind::Eval, step);
           eval.loss = *loss;

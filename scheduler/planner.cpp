@@ -44,7 +44,10 @@ PlanRow evaluate(const PlannerInput& input, int m, ScheduleKind kind) {
   if (kind == ScheduleKind::OneFOneBDelayAware) row.warmups = delayAwareWarmups(costs, m);
   const Schedule schedule = makeSchedule(kind, p, m, row.warmups);
   row.warmups = schedule.warmups;
-  if (kind == ScheduleKind::GPipe && p > 1 && uniform(costs)) {
+  if (input.delayedUpdate) {
+    if (kind == ScheduleKind::GPipe) throw Error("planner: the delayed update needs a 1F1B-kind schedule, not gpipe");
+    row.stepSeconds = delayedStepSeconds(schedule, costs);
+  } else if (kind == ScheduleKind::GPipe && p > 1 && uniform(costs)) {
     const auto& s = costs.stages[0];
     row.stepSeconds = gpipeStepSeconds(p, m, s.forwardSeconds, s.backwardSeconds, costs.links[0].forwardSeconds,
                                        costs.links[0].delaySeconds);
@@ -159,6 +162,7 @@ Plan planFixedCodecs(const PlannerInput& input) {
   for (int m = 1; m <= input.batchSize; ++m) {
     if (input.batchSize % m != 0 || (input.microBatches && m != *input.microBatches)) continue;
     for (ScheduleKind kind : input.schedules) {
+      if (input.delayedUpdate && kind == ScheduleKind::GPipe) continue;  // its steps cannot overlap
       PlanRow row = evaluate(input, m, kind);
       smallestStash = std::min(smallestStash, row.stashBytes);
       plan.table.push_back(row);
@@ -172,6 +176,7 @@ Plan planFixedCodecs(const PlannerInput& input) {
       }
     }
   }
+  if (!found && plan.table.empty()) throw Error("planner: no candidate schedule for the delayed update (it needs 1F1B)");
   if (!found) {
     throw Error("planner: no micro-batch count fits the memory budget of " + std::to_string(input.memoryBudgetBytes) +
                 " bytes (the smallest activation stash needs " + std::to_string(smallestStash) + ")");

@@ -30,6 +30,9 @@ struct PlannerInput {
   std::vector<LinkProfile> links;
   std::vector<ScheduleKind> schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
                                          ScheduleKind::OneFOneBDelayAware};
+  // The one-step-delayed update (schedule.h): steps overlap, so a row's step time is the
+  // stream's steady state (delayedStepSeconds) and only 1F1B kinds are candidates.
+  bool delayedUpdate = false;
   double memoryBudgetBytes = 0;               // per stage, for the stash; 0: unlimited
   std::optional<int> microBatches;            // fixed m (the spec gave one)
   // Per link, the codecs "auto" may choose in each direction, in order of preference (ties

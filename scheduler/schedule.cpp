@@ -71,6 +71,48 @@ Schedule makeSchedule(ScheduleKind kind, int stages, int microBatches, std::vect
   return schedule;
 }
 
+std::vector<Op> delayedRoundOps(int warmup, int microBatches, bool carryIn, bool carryOut) {
+  if (microBatches < 1 || warmup < 0) {
+    throw Error("delayed round: needs m >= 1 and warm-up >= 0, got m=" + std::to_string(microBatches) +
+                " warm-up " + std::to_string(warmup));
+  }
+  const int m = microBatches, w = std::min(warmup, microBatches);
+  std::vector<Op> ops;
+  for (int j = 0; j < w; ++j) {
+    ops.push_back({OpKind::Forward, j});
+    if (carryIn) ops.push_back({OpKind::Backward, m - w + j, -1});
+  }
+  for (int i = 0; i < m - w; ++i) {
+    ops.push_back({OpKind::Forward, w + i});
+    ops.push_back({OpKind::Backward, i});
+  }
+  if (!carryOut) {
+    for (int i = m - w; i < m; ++i) ops.push_back({OpKind::Backward, i});
+  }
+  return ops;
+}
+
+Schedule delayedStream(const Schedule& step, int rounds) {
+  if (step.kind == ScheduleKind::GPipe || static_cast<int>(step.warmups.size()) != step.stages()) {
+    throw Error("delayed update: needs a 1F1B-kind schedule with its warm-up depths");
+  }
+  if (rounds < 1) throw Error("delayed update: rounds must be >= 1");
+  const int m = step.microBatches;
+  Schedule stream;
+  stream.kind = step.kind;
+  stream.microBatches = m * rounds;
+  stream.warmups = step.warmups;
+  stream.ops.resize(step.ops.size());
+  for (int s = 0; s < step.stages(); ++s) {
+    for (int r = 0; r < rounds; ++r) {
+      for (const Op& op : delayedRoundOps(step.warmups[s], m, r > 0, r + 1 < rounds)) {
+        stream.ops[s].push_back({op.kind, (r + op.step) * m + op.microBatch});
+      }
+    }
+  }
+  return stream;
+}
+
 std::optional<ScheduleKind> parseScheduleKind(std::string_view name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
@@ -88,7 +130,7 @@ std::string toString(ScheduleKind kind) {
 }
 
 std::string toString(const Op& op) {
-  return (op.kind == OpKind::Forward ? "F" : "B") + std::to_string(op.microBatch);
+  return (op.kind == OpKind::Forward ? "F" : "B") + std::to_string(op.microBatch) + (op.step < 0 ? "'" : "");
 }
 
 std::string validateSchedule(const Schedule& schedule) {

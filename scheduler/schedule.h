@@ -13,9 +13,12 @@ enum class OpKind { Forward, Backward };
 struct Op {
   OpKind kind = OpKind::Forward;
   int microBatch = 0;
+  // Under the one-step-delayed update (delayedRoundOps): -1 for the previous step's deferred
+  // backwards that run in this step's round; 0 otherwise.
+  int step = 0;
 
   bool operator==(const Op& other) const {
-    return kind == other.kind && microBatch == other.microBatch;
+    return kind == other.kind && microBatch == other.microBatch && step == other.step;
   }
 };
 
@@ -44,6 +47,21 @@ Schedule makeSchedule(ScheduleKind kind, int stages, int microBatches, std::vect
 // Non-increasing in s, 0 on the last stage, at most m. Depth p-s-1 when links are free.
 struct PipelineCosts;
 std::vector<int> delayAwareWarmups(const PipelineCosts& costs, int microBatches);
+
+// The one-step-delayed weight update (PipeDream-2BW's): step t's forwards and backwards run
+// on weights that lack step t-1's gradient, W(t) = W(t-1) - update(g(t-2)), so a stage may
+// start step t's forwards before step t-1's last backwards are done and the pipeline never
+// drains between steps. A stage's round t of a 1F1B-kind schedule with warm-up w: this
+// step's first w forwards, each followed by one of the previous step's deferred backwards
+// (carryIn: the previous round deferred them), then 1F1B's steady part, then — without
+// carryOut — this step's last w backwards; with carryOut they are deferred to the next
+// round. Throws skytrain::Error on bad sizes.
+std::vector<Op> delayedRoundOps(int warmup, int microBatches, bool carryIn, bool carryOut);
+
+// `rounds` consecutive steps of `step` (a 1F1B kind) run as one stream under the delayed
+// update, step r's micro-batch i numbered r*m + i: validateSchedule and simulate read it.
+// The first round has nothing carried in, the last carries nothing out.
+Schedule delayedStream(const Schedule& step, int rounds);
 
 // "gpipe", "1f1b" or "1f1b-delay"; nullopt for anything else.
 std::optional<ScheduleKind> parseScheduleKind(std::string_view name);

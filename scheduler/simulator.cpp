@@ -90,6 +90,15 @@ SimulationResult simulate(const Schedule& schedule, const PipelineCosts& costs) 
   return result;
 }
 
+double delayedStepSeconds(const Schedule& step, const PipelineCosts& costs) {
+  // The stream's fill and final drain cancel in the difference; three rounds in each leave
+  // the warm-up behind.
+  constexpr int kShort = 3, kLong = 6;
+  const double shortRun = simulate(delayedStream(step, kShort), costs).stepSeconds;
+  const double longRun = simulate(delayedStream(step, kLong), costs).stepSeconds;
+  return (longRun - shortRun) / (kLong - kShort);
+}
+
 double gpipeStepSeconds(int stages, int microBatches, double tf, double tb, double x, double d) {
   const double p = stages, m = microBatches;
   return (p - 1) * (tf + tb + 2 * x + 2 * d) + tf + tb + (m - 1) * (std::max(tf, x) + std::max(tb, x));

@@ -33,6 +33,11 @@ struct SimulationResult {
 // Throws skytrain::Error when the schedule deadlocks or its stage count differs from costs'.
 SimulationResult simulate(const Schedule& schedule, const PipelineCosts& costs);
 
+// The steady-state step time of `step` (a 1F1B kind) under the one-step-delayed update: the
+// time between consecutive rounds' ends in a stream of rounds (delayedStream), where no
+// step waits for the previous one's drain. Throws as simulate does.
+double delayedStepSeconds(const Schedule& step, const PipelineCosts& costs);
+
 // GPipe with p identical stages and links: T = (p-1)(t_f + t_b + 2x + 2d) + t_f + t_b +
 // (m-1)(max(t_f, x) + max(t_b, x)), with x the transfer time of one message.
 double gpipeStepSeconds(int stages, int microBatches, double tf, double tb, double x, double d);

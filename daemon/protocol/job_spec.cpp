@@ -414,6 +414,13 @@ JobSpec parseJobSpec(const std::string& text) {
   if (spec.schedule != "gpipe" && spec.schedule != "1f1b" && spec.schedule != "1f1b-delay" && spec.schedule != "auto") {
     throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\" (valid: gpipe, 1f1b, 1f1b-delay, auto)");
   }
+  spec.update = r.string("update", spec.update);
+  if (spec.update != "sync" && spec.update != "delayed") {
+    throw SpecError("$.update", "unknown update \"" + spec.update + "\" (valid: sync, delayed)");
+  }
+  if (spec.update == "delayed" && spec.schedule == "gpipe") {
+    throw SpecError("$.update", "the delayed update overlaps steps with 1F1B; schedule gpipe cannot (use 1f1b, 1f1b-delay or auto)");
+  }
   spec.peerTimeoutS = r.number("peer_timeout_s", spec.peerTimeoutS, 0.1, 86400);
   spec.model = parseModel(ObjectReader(*r.child("model", true), "$.model"));
   spec.data = parseData(ObjectReader(*r.child("data", true), "$.data"));
@@ -466,6 +473,7 @@ JobSpec parseJobSpec(const std::string& text) {
       throw SpecError("$.compression.forward", "\"" + c.forward + "\": ELECTRA links carry token IDs (tokens or tokens+zstd)");
     }
     if (c.warmupSteps > 0) throw SpecError("$.compression.warmup_steps", "ELECTRA links carry token IDs: no warm-up codec");
+    if (spec.update != "sync") throw SpecError("$.update", "a fan-in trains each stage on its own: only \"sync\"");
   }
   r.finish();
   return spec;

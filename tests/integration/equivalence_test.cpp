@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "daemon_fixture.h"
 #include "daemon/protocol/job_spec.h"
@@ -52,8 +53,10 @@ struct Trained {
 };
 
 // Trains the unsplit model on the whole batch, step by step, in this process: PyTorch's own
-// recipe, the learning rate set per step, clip_grad_norm_ over all parameters.
-Trained trainReference(const Json& spec) {
+// recipe, the learning rate set per step, clip_grad_norm_ over all parameters. `delayed`:
+// PipeDream-2BW's update instead, W(t) = W(t-1) - update(g(t-2)), each gradient clipped by
+// its own norm and applied with its own step's learning rate; the last two at the end.
+Trained trainReference(const Json& spec, bool delayed = false) {
   const protocol::JobSpec parsed = protocol::parseJobSpec(spec.dump());
   const protocol::OptimizerSpec o = parsed.optimizer;
   stages::GptConfig c;
@@ -77,7 +80,22 @@ Trained trainReference(const Json& spec) {
   torch::optim::AdamW optimizer(model->parameters(),
                                 torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.01));
   Trained out;
+  std::vector<std::pair<int, std::vector<at::Tensor>>> pending;  // (step, gradients) not yet applied
+  auto apply = [&](int step) {
+    for (auto& group : optimizer.param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(protocol::learningRate(o, step, kSteps));
+    }
+    optimizer.step();
+    optimizer.zero_grad();
+  };
+  auto applyPending = [&] {
+    auto params = model->parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = pending.front().second[i];
+    apply(pending.front().first);
+    pending.erase(pending.begin());
+  };
   for (int step = 0; step < kSteps; ++step) {
+    if (delayed && step >= 2) applyPending();
     const auto batch = data.trainBatch(step, 0, 8);
     const at::Tensor logits = model->forward(0, batch.inputs).requires_grad_(true);
     const at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), batch.targets.reshape({-1}));
@@ -86,13 +104,16 @@ Trained trainReference(const Json& spec) {
     if (o.clipNorm > 0 && torch::nn::utils::clip_grad_norm_(model->parameters(), o.clipNorm) > o.clipNorm) {
       ++out.clippedSteps;
     }
-    for (auto& group : optimizer.param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(protocol::learningRate(o, step, kSteps));
-    }
-    optimizer.step();
-    optimizer.zero_grad();
     out.losses.push_back(loss.item<double>());
+    if (!delayed) {
+      apply(step);
+      continue;
+    }
+    std::vector<at::Tensor> grads;
+    for (auto& p : model->parameters()) grads.push_back(p.grad().clone()), p.mutable_grad() = at::Tensor();
+    pending.emplace_back(step, std::move(grads));
   }
+  while (!pending.empty()) applyPending();
   for (const auto& [name, tensor] : model->stateDict()) out.parameters[name] = tensor.detach();
   return out;
 }
@@ -337,4 +358,57 @@ TEST_CASE("init_from refuses a file whose tensors do not fit, listing every mism
   CHECK(error.find("mismatches") != std::string::npos);
   CHECK(error.find("[48]") != std::string::npos);
   CHECK(error.find("and ") != std::string::npos);  // more than the 20 it names
+}
+
+TEST_CASE("the one-step-delayed update trains like PipeDream-2BW's update in one process", "[integration]") {
+  TestDaemon a("da"), b("db");
+  zmq::context_t context;
+  const Json optimizer = {{"lr", 2e-3}, {"schedule", "cosine"}, {"warmup_steps", 2}, {"min_lr", 2e-4},
+                          {"clip_norm", 0.5}};
+  const Json plain = specFor("1f1b", 1, a.control(), b.control(), optimizer);
+  const Trained reference = trainReference(plain, true);
+  const Trained synchronous = trainReference(plain);
+  REQUIRE(reference.clippedSteps == kSteps);
+  const auto [schedule, m] = GENERATE(std::make_pair("1f1b", 1), std::make_pair("1f1b", 2),
+                                      std::make_pair("1f1b", 4), std::make_pair("1f1b-delay", 4));
+  CAPTURE(schedule, m);
+  Json spec = specFor(schedule, m, a.control(), b.control(), optimizer);
+  spec["update"] = "delayed";
+  // Boundaries mid-run drain the rounds (a checkpoint after step 1, validation after each step);
+  // the update's arithmetic must not depend on them.
+  spec["checkpoint"] = {{"interval", 2}};
+  spec["eval"]["interval"] = 1;
+  const Json status = runJob(context, a.control(), spec);
+  REQUIRE(status["state"] == "succeeded");
+  for (int step = 0; step < kSteps; ++step) {
+    CHECK(status["steps"][step]["loss"].get<double>() == Approx(reference.losses[step]).margin(kLossTolerance));
+  }
+  const std::string job = status["id"];
+  auto parameters = loadStageWeights(a.dir() / "jobs" / job / "stage-0.pt");
+  parameters.merge(loadStageWeights(b.dir() / "jobs" / job / "stage-1.pt"));
+  double worst = 0, fromSync = 0;
+  for (const auto& [name, expected] : reference.parameters) {
+    INFO(name);
+    REQUIRE(parameters.count(name));
+    worst = std::max(worst, (parameters.at(name) - expected).abs().max().item<double>());
+    fromSync = std::max(fromSync, (parameters.at(name) - synchronous.parameters.at(name)).abs().max().item<double>());
+  }
+  CHECK(worst <= kParameterTolerance);
+  CHECK(fromSync > 10 * kParameterTolerance);  // it is not the synchronous update
+  if (m == 1) CHECK(worst == 0.0);
+  WARN("delayed " << schedule << " m=" << m << ": max |parameter diff| " << worst << " (from the synchronous update "
+                  << fromSync << ")");
+  // The checkpoint after step 1 holds the two gradients not yet applied.
+  const auto checkpoint = stages::decodeSafetensors(
+      [&] {
+        std::ifstream in(a.dir() / "jobs" / job / "checkpoints" / "step-00000001" / "stage-0.safetensors",
+                         std::ios::binary);
+        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      }(),
+      "checkpoint");
+  std::set<std::string> names;
+  for (const auto& [name, tensor] : checkpoint.tensors) names.insert(name);
+  CHECK(names.count("pending/0/step"));
+  CHECK(names.count("pending/1/step"));
+  CHECK(names.count("pending/1/total"));
 }

@@ -150,3 +150,18 @@ TEST_CASE("codecs: a slow link takes the codec that sends fewer bytes; a fast on
   CHECK(applied.stages[0].outputBytes.k == Approx(1e6));
   CHECK(applied.stages[1].gradientBytes.k == Approx(4e6));
 }
+
+TEST_CASE("delayed update: the planner prices overlapping steps and leaves GPipe out") {
+  PlannerInput in = pipeline(2, 32, 0.0005, 0.001, 1000, {1e9, 0.02, 0});
+  in.schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::OneFOneBDelayAware};
+  const Plan sync = makePlan(in);
+  in.delayedUpdate = true;
+  const Plan delayed = makePlan(in);
+  CHECK(delayed.chosen.schedule != ScheduleKind::GPipe);
+  for (const auto& row : delayed.table) CHECK(row.schedule != ScheduleKind::GPipe);
+  // The 40 ms round trip is paid every synchronous step and hidden under the delayed update.
+  CHECK(sync.chosen.stepSeconds > 0.04);
+  CHECK(delayed.chosen.stepSeconds < sync.chosen.stepSeconds - 0.03);
+  in.schedules = {ScheduleKind::GPipe};
+  CHECK_THROWS_AS(makePlan(in), skytrain::Error);
+}

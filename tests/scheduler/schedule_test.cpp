@@ -56,3 +56,30 @@ TEST_CASE("schedule names parse and bad sizes are refused") {
   CHECK_THROWS_AS(makeSchedule(ScheduleKind::GPipe, 0, 4), skytrain::Error);
   CHECK_THROWS_AS(makeSchedule(ScheduleKind::OneFOneB, 2, 0), skytrain::Error);
 }
+
+TEST_CASE("delayed update: a round interleaves this step's warm-up with the previous step's deferred backwards") {
+  // Stage 0 of three under 1F1B (warm-up 2), m = 4.
+  CHECK(render(delayedRoundOps(2, 4, false, false)) == render(makeSchedule(ScheduleKind::OneFOneB, 3, 4).ops[0]));
+  CHECK(render(delayedRoundOps(2, 4, false, true)) == "F0 F1 F2 B0 F3 B1");
+  CHECK(render(delayedRoundOps(2, 4, true, true)) == "F0 B2' F1 B3' F2 B0 F3 B1");
+  CHECK(render(delayedRoundOps(2, 4, true, false)) == "F0 B2' F1 B3' F2 B0 F3 B1 B2 B3");
+  // The last stage defers nothing.
+  CHECK(render(delayedRoundOps(0, 3, true, true)) == "F0 B0 F1 B1 F2 B2");
+  CHECK_THROWS_AS(delayedRoundOps(1, 0, false, false), skytrain::Error);
+}
+
+TEST_CASE("delayed update: every stream of rounds is complete and deadlock-free") {
+  const int p = GENERATE(1, 2, 3, 5);
+  const int m = GENERATE(1, 2, 3, 4, 8);
+  const int rounds = GENERATE(1, 2, 5);
+  CAPTURE(p, m, rounds);
+  const Schedule plain = makeSchedule(ScheduleKind::OneFOneB, p, m);
+  const Schedule stream = delayedStream(plain, rounds);
+  CHECK(stream.microBatches == m * rounds);
+  CHECK(validateSchedule(stream).empty());
+  // Deep warm-ups (a long link's 1f1b-delay), up to every micro-batch on every stage but the last.
+  std::vector<int> deep(p, m);
+  deep[p - 1] = 0;
+  CHECK(validateSchedule(delayedStream(makeSchedule(ScheduleKind::OneFOneBDelayAware, p, m, deep), rounds)).empty());
+  CHECK_THROWS_AS(delayedStream(makeSchedule(ScheduleKind::GPipe, p, m), rounds), skytrain::Error);
+}

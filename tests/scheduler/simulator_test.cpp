@@ -96,3 +96,25 @@ TEST_CASE("fitLinear recovers a + k b") {
   CHECK(fitLinear({{1, 5.0}, {2, 4.0}}).k == 0.0);
   CHECK_THROWS_AS(fitLinear({}), skytrain::Error);
 }
+
+TEST_CASE("the delayed update hides the round trip: its steady step approaches the compute") {
+  const int p = 2, m = 8;
+  const double tf = 1.0, tb = 2.0, x = 0.1;
+  for (double d : {0.0, 2.0, 10.0}) {
+    CAPTURE(d);
+    const PipelineCosts c = uniformCosts(p, tf, tb, x, d);
+    const Schedule step = makeSchedule(ScheduleKind::OneFOneBDelayAware, p, m, delayAwareWarmups(c, m));
+    const double sync = simulate(step, c).stepSeconds;
+    const double delayed = delayedStepSeconds(step, c);
+    // No step is shorter than one stage's work, and the delayed update never loses.
+    CHECK(delayed >= m * (tf + tb) - 1e-9);
+    CHECK(delayed <= sync + 1e-9);
+    // A synchronous step pays the fill and drain over the round trip; the stream does not.
+    CHECK(sync >= m * (tf + tb) + 2 * d);
+    if (d >= 2.0) CHECK(delayed == Approx(m * (tf + tb)).epsilon(1e-9));
+  }
+  // A link slower than the compute bounds the stream at its transfers.
+  const PipelineCosts slow = uniformCosts(p, tf, tb, 5.0, 1.0);
+  const Schedule step = makeSchedule(ScheduleKind::OneFOneBDelayAware, p, m, delayAwareWarmups(slow, m));
+  CHECK(delayedStepSeconds(step, slow) == Approx(m * 5.0).epsilon(1e-9));
+}
