@@ -64,6 +64,9 @@ std::string formatPlan(const nlohmann::json& plan) {
                   plan["replicas"].get<int>(), plan["replicas"].get<int>(), plan.value("batch_per_replica", 0));
     out += line;
   }
+  if (plan.contains("update") && plan["update"] == "delayed") {
+    out += "  one-step-delayed update: steps overlap; a step's time is the steady state of consecutive steps\n";
+  }
   // The codecs the planner chose for "auto" directions: forward/backward, per link.
   auto codecs = [](const nlohmann::json& row) {
     std::string text;

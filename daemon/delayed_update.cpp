@@ -1,10 +1,12 @@
 // PipelineRunner under the one-step-delayed update (spec "update": "delayed"; the rounds
-// are scheduler::delayedRoundOps). Step t runs on weights W(t) = W(t-1) - update(g(t-2)):
-// model_ holds the newest weights and the optimizer; two working copies run the even and the
-// odd steps, so step t's forwards (on W(t)) and step t-1's deferred backwards (on W(t-1))
-// each find the weights they were stashed with. A gradient's global norm travels up the
-// pipeline when its last backward ends and down again among the next step's frames, so no
-// step waits for another's drain.
+// are scheduler::delayedRoundOps). The weights advance as W(t) = W(t-1) - update(g(t-2)):
+// model_ holds the newest and the optimizer. Step t's gradient is applied to W(t+1), which
+// does not exist yet when step t runs, so step t runs on a prediction of it, the last update
+// repeated: 2 W(t) - W(t-1) (weight prediction, as SpecTrain does for PipeDream). Two working
+// copies run the even and the odd steps, so step t's forwards and step t-1's deferred
+// backwards each find the weights they were stashed with. A gradient's global norm travels
+// up the pipeline when its last backward ends and down again among the next step's frames,
+// so no step waits for another's drain.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -37,7 +39,12 @@ void PipelineRunner::runRound(uint64_t step, double& lossSum, bool& skipped) {
     torch::NoGradGuard noGrad;
     std::map<std::string, at::Tensor> newest;
     for (const auto& [name, tensor] : model_->stateDict()) newest.emplace(name, tensor);
-    for (auto& [name, tensor] : active(step).stateDict()) tensor.copy_(newest.at(name));
+    // Predict only while step-1's gradient is still to come: after a flush W(t) is current.
+    const bool predict = (deferred_ && *deferred_ + 1 == step) || (!pending_.empty() && pending_.back().step + 1 == step);
+    for (auto& [name, tensor] : active(step).stateDict()) {
+      const auto previous = priorWeights_.find(name);
+      tensor.copy_(!predict || previous == priorWeights_.end() ? newest.at(name) : newest.at(name) * 2 - previous->second);
+    }
   }
   const int m = schedule_.microBatches;
   const int warmup = schedule_.warmups.empty() ? 0 : schedule_.warmups[stage_];
@@ -61,6 +68,9 @@ void PipelineRunner::runRound(uint64_t step, double& lossSum, bool& skipped) {
   } else {
     deferred_ = step;
   }
+  // The learning rate's warm-up runs synchronously: the steps where the weights move fastest
+  // are where a stale gradient costs most. Every stage flushes at the same steps.
+  if (static_cast<int64_t>(step) < spec_.optimizer.warmupSteps) flush();
 }
 
 void PipelineRunner::drain() {
@@ -169,6 +179,10 @@ bool PipelineRunner::applyGradient(PendingGradient pending) {
   for (auto& [name, parameter] : model_->stateDict()) {
     auto it = byName.find(name);
     if (it != byName.end()) parameter.mutable_grad() = it->second;
+  }
+  {
+    torch::NoGradGuard noGrad;
+    for (const auto& [name, tensor] : model_->stateDict()) priorWeights_[name] = tensor.detach().clone();
   }
   const double lr = protocol::learningRate(spec_.optimizer, static_cast<int64_t>(pending.step), spec_.steps);
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);

@@ -274,6 +274,7 @@ class PipelineRunner {
   std::unique_ptr<stages::Stage> copies_[2];  // working copies for even and odd steps
   std::deque<PendingGradient> pending_;       // complete gradients not yet applied, oldest first
   std::optional<uint64_t> deferred_;          // the step whose last backwards the next round runs
+  std::map<std::string, at::Tensor> priorWeights_;  // model_ before its last update (weight prediction)
   // Under the delayed update a norm frame going down may arrive among later steps' frames:
   // it waits here (a few at most) until its gradient is applied.
   std::map<std::pair<int, uint64_t>, compression::TensorFrame> stashedNorms_;

@@ -125,6 +125,7 @@ Json toJson(const scheduler::Plan& plan, const scheduler::PlannerInput& input) {
   out["memory_budget_bytes"] = input.memoryBudgetBytes;
   out["replicas"] = input.replicas;
   out["batch_per_replica"] = input.batchSize;
+  out["update"] = input.delayedUpdate ? "delayed" : "sync";
   return out;
 }
 

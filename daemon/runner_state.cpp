@@ -43,6 +43,7 @@ StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) c
   }
   // The delayed update's gradients not yet applied (drain() ran): they are the run's future too.
   SKYTRAIN_CHECK(!deferred_, "a snapshot of the delayed update needs drain() first");
+  for (const auto& [name, tensor] : priorWeights_) tensors.emplace_back("previous/" + name, tensor.to(at::kCPU, false, true));
   for (size_t k = 0; k < pending_.size(); ++k) {
     const auto& p = pending_[k];
     const std::string head = "pending/" + std::to_string(k) + "/";
@@ -161,6 +162,10 @@ void PipelineRunner::restore(const StageSnapshot& snapshot) {
   }
   pending_.clear();
   deferred_.reset();
+  priorWeights_.clear();
+  for (const auto& [name, tensor] : model_->stateDict()) {
+    if (const auto value = delayed_ ? take("previous/" + name, tensor) : std::nullopt) priorWeights_[name] = value->to(device_).clone();
+  }
   const int64_t step = meta.value("step", int64_t{-1});
   for (int k = 0; delayed_ && k < 2; ++k) {
     const std::string head = "pending/" + std::to_string(k) + "/";

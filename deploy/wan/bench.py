@@ -14,8 +14,10 @@ Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch]
   reports each strategy's mean step time and its validation loss as mean (min-max);
   STRATEGIES="F/B,F/B" replaces table b's rows (forward/backward codec specs).
   Table a: A_STAGES="2 3" and A_RATES="inf 100 1000" (Mbit/s; inf is the single cloud, and
-  must stay) choose its rows; each runs none/none, the article's strategy and auto/auto
-  (the planner chooses the codecs from the default lossless-quality list).
+  must stay) choose its rows; A_STRATEGIES (default all, comma-separated) the strategies of
+  each: none (none/none), article (fp16+svd:0.6 / int8), auto (auto/auto: the planner
+  chooses the codecs from the default lossless-quality list), and the same under the
+  one-step-delayed update: none-delayed, auto-delayed.
 """
 import json
 import os
@@ -42,11 +44,11 @@ def testbed(*args, capture=False):
                           stdout=subprocess.PIPE if capture else subprocess.DEVNULL).stdout
 
 
-def run_job(stages, forward="none", backward="none", micro_batches="auto", schedule="auto", seed=7):
+def run_job(stages, forward="none", backward="none", micro_batches="auto", schedule="auto", seed=7, update="sync"):
     """Runs one job on the testbed that is up; returns its status."""
     spec = {
         "name": "bench", "seed": seed, "steps": STEPS, "batch_size": BATCH,
-        "micro_batches": micro_batches, "schedule": schedule,
+        "micro_batches": micro_batches, "schedule": schedule, "update": update,
         "model": dict(MODEL, layers=stages),
         "data": {"files": [CORPUS]}, "eval": {"samples": 64},
         # The default recipe (README "Training recipe"): warm-up, cosine decay, clipping.
@@ -66,7 +68,10 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
         sys.exit(f"benchmark job failed: {status['error']}")
     plan = status["plans"][-1]
     # A re-plan in the last step leaves nothing after it: then every step but the first counts.
-    steady = [s for s in status["steps"] if s["step"] > plan["from_step"]] or status["steps"][1:]
+    # The delayed update runs the learning rate's warm-up synchronously: its steady state
+    # starts after it.
+    start = max(plan["from_step"], spec["optimizer"]["warmup_steps"] - 1 if update == "delayed" else -1)
+    steady = [s for s in status["steps"] if s["step"] > start] or status["steps"][1:]
     step_s = sum(s["step_s"] for s in steady) / len(steady)
     return {
         "step_s": step_s, "samples_per_s": BATCH / step_s, "m": plan["micro_batches"],
@@ -85,38 +90,48 @@ def with_testbed(links, fn):
         testbed("down")
 
 
-def link_limit(r, stages, rate_mbit, delay_s):
+def link_limit(r, stages, rate_mbit, delay_s, delayed=False):
     """The link's bound on the step time: the busiest link's bytes in one direction over its
     rate (links are full duplex and each carries 1/(p-1) of the bytes; the two directions are
-    taken as equal, which is exact for none/none and generous to compressed backward), plus
-    the round trip the pipeline's fill and drain cannot hide: 2(p-1) one-way delays."""
+    taken as equal, which is exact for none/none and generous to compressed backward), plus,
+    under the synchronous update, the round trip the pipeline's fill and drain cannot hide:
+    2(p-1) one-way delays. The delayed update overlaps steps, so only the bytes remain."""
     per_direction = r["bytes"] / (stages - 1) / 2
-    return per_direction / (rate_mbit * 1e6 / 8) + 2 * (stages - 1) * delay_s
+    return per_direction / (rate_mbit * 1e6 / 8) + (0 if delayed else 2 * (stages - 1) * delay_s)
+
+
+STRATEGIES_A = {  # name: (label, forward, backward, update)
+    "none": ("none", "none", "none", "sync"),
+    "article": (f"{ARTICLE_FWD} / int8", ARTICLE_FWD, "int8", "sync"),
+    "auto": ("auto / auto", "auto", "auto", "sync"),
+    "none-delayed": ("none, delayed update", "none", "none", "delayed"),
+    "auto-delayed": ("auto / auto, delayed update", "auto", "auto", "delayed"),
+}
 
 
 def throughput_tables():
     print(f"### a. Throughput against the single cloud ({STEPS} steps a run)\n")
     print("| stages | links | strategy | m, schedule | samples/s | ratio to unshaped | step s | link limit s | "
-          "compute limit s | larger limit / step |")
-    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
+          "compute limit s | larger limit / step | validation loss |")
+    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     results = {}
     for stages in (int(x) for x in os.environ.get("A_STAGES", "2 3").split()):
         for rate in os.environ.get("A_RATES", "inf 100 1000").split():
             links = ",".join([f"{rate}:{0 if rate == 'inf' else 20}"] * (stages - 1))
+            chosen = os.environ.get("A_STRATEGIES", ",".join(STRATEGIES_A)).split(",")
             runs = with_testbed(links, lambda: {
-                "none": run_job(stages),
-                f"{ARTICLE_FWD} / int8": run_job(stages, ARTICLE_FWD, "int8"),
-                "auto / auto": run_job(stages, "auto", "auto"),
-            })
+                STRATEGIES_A[n][0]: run_job(stages, *STRATEGIES_A[n][1:3], update=STRATEGIES_A[n][3]) for n in chosen})
             for strategy, r in runs.items():
                 results[(stages, rate, strategy)] = r
-                base = results[(stages, "inf", "none")]["samples_per_s"]
+                # The single cloud's synchronous uncompressed run is the baseline when it ran.
+                base = results.get((stages, "inf", "none"), results[(stages, "inf", strategy)])["samples_per_s"]
                 label = "unshaped (single cloud)" if rate == "inf" else f"{rate} Mbit/s, 20 ms"
                 compute = results[(stages, "inf", strategy)]["step_s"]
-                link = 0.0 if rate == "inf" else link_limit(r, stages, float(rate), 0.020)
+                link = 0.0 if rate == "inf" else link_limit(r, stages, float(rate), 0.020, "delayed" in strategy)
                 print(f"| {stages} | {label} | `{strategy}` | {r['m']}, {r['schedule']} | "
                       f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f} | {r['step_s']:.4f} | "
-                      f"{link:.4f} | {compute:.4f} | {max(link, compute) / r['step_s']:.2f} |")
+                      f"{link:.4f} | {compute:.4f} | {max(link, compute) / r['step_s']:.2f} | "
+                      f"{r['validation'] if r['validation'] is None else format(r['validation'], '.4f')} |")
     print()
 
 

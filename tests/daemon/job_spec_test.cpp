@@ -196,6 +196,21 @@ TEST_CASE("compression \"auto\": the planner picks from allowed, lossless-qualit
   }
 }
 
+TEST_CASE("update: sync by default; delayed needs a 1F1B schedule") {
+  json spec = validSpec();
+  CHECK(parseJobSpec(spec.dump()).update == "sync");
+  spec["update"] = "delayed";
+  CHECK_THAT(refusal(spec).second, Catch::Contains("schedule gpipe cannot"));
+  spec["schedule"] = "1f1b";
+  CHECK(parseJobSpec(spec.dump()).update == "delayed");
+  spec["schedule"] = "auto";
+  CHECK(parseJobSpec(spec.dump()).update == "delayed");
+  spec["update"] = "async";
+  const auto [path, message] = refusal(spec);
+  CHECK(path == "$.update");
+  CHECK_THAT(message, Catch::Contains("valid: sync, delayed"));
+}
+
 TEST_CASE("micro_batches and schedule default to auto") {
   json spec = validSpec();
   spec.erase("micro_batches");

@@ -55,7 +55,9 @@ struct Trained {
 // Trains the unsplit model on the whole batch, step by step, in this process: PyTorch's own
 // recipe, the learning rate set per step, clip_grad_norm_ over all parameters. `delayed`:
 // PipeDream-2BW's update instead, W(t) = W(t-1) - update(g(t-2)), each gradient clipped by
-// its own norm and applied with its own step's learning rate; the last two at the end.
+// its own norm and applied with its own step's learning rate, the last two at the end; step
+// t's gradient taken at the predicted weights 2 W(t) - W(t-1) while g(t-1) is unapplied; the
+// learning rate's warm-up steps synchronous.
 Trained trainReference(const Json& spec, bool delayed = false) {
   const protocol::JobSpec parsed = protocol::parseJobSpec(spec.dump());
   const protocol::OptimizerSpec o = parsed.optimizer;
@@ -88,14 +90,26 @@ Trained trainReference(const Json& spec, bool delayed = false) {
     optimizer.step();
     optimizer.zero_grad();
   };
+  std::vector<at::Tensor> prior;  // the weights before the last update (weight prediction)
   auto applyPending = [&] {
+    prior.clear();
+    for (const auto& [name, tensor] : model->stateDict()) prior.push_back(tensor.detach().clone());
     auto params = model->parameters();
     for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = pending.front().second[i];
     apply(pending.front().first);
     pending.erase(pending.begin());
   };
   for (int step = 0; step < kSteps; ++step) {
-    if (delayed && step >= 2) applyPending();
+    while (delayed && !pending.empty() && pending.front().first + 2 <= step) applyPending();
+    std::vector<at::Tensor> current;
+    if (!prior.empty() && !pending.empty() && pending.back().first + 1 == step) {
+      torch::NoGradGuard noGrad;
+      auto state = model->stateDict();
+      for (size_t i = 0; i < state.size(); ++i) {
+        current.push_back(state[i].second.detach().clone());
+        state[i].second.copy_(current.back() * 2 - prior[i]);
+      }
+    }
     const auto batch = data.trainBatch(step, 0, 8);
     const at::Tensor logits = model->forward(0, batch.inputs).requires_grad_(true);
     const at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), batch.targets.reshape({-1}));
@@ -105,6 +119,11 @@ Trained trainReference(const Json& spec, bool delayed = false) {
       ++out.clippedSteps;
     }
     out.losses.push_back(loss.item<double>());
+    if (!current.empty()) {
+      torch::NoGradGuard noGrad;
+      auto state = model->stateDict();
+      for (size_t i = 0; i < state.size(); ++i) state[i].second.copy_(current[i]);
+    }
     if (!delayed) {
       apply(step);
       continue;
@@ -112,6 +131,9 @@ Trained trainReference(const Json& spec, bool delayed = false) {
     std::vector<at::Tensor> grads;
     for (auto& p : model->parameters()) grads.push_back(p.grad().clone()), p.mutable_grad() = at::Tensor();
     pending.emplace_back(step, std::move(grads));
+    if (step < o.warmupSteps) {
+      while (!pending.empty()) applyPending();
+    }
   }
   while (!pending.empty()) applyPending();
   for (const auto& [name, tensor] : model->stateDict()) out.parameters[name] = tensor.detach();
@@ -360,10 +382,12 @@ TEST_CASE("init_from refuses a file whose tensors do not fit, listing every mism
   CHECK(error.find("and ") != std::string::npos);  // more than the 20 it names
 }
 
-TEST_CASE("the one-step-delayed update trains like PipeDream-2BW's update in one process", "[integration]") {
+TEST_CASE("the one-step-delayed update trains like PipeDream-2BW's update with weight prediction in one process",
+          "[integration]") {
   TestDaemon a("da"), b("db");
   zmq::context_t context;
-  const Json optimizer = {{"lr", 2e-3}, {"schedule", "cosine"}, {"warmup_steps", 2}, {"min_lr", 2e-4},
+  // One synchronous warm-up step, then three delayed (the last two applied at the end).
+  const Json optimizer = {{"lr", 2e-3}, {"schedule", "cosine"}, {"warmup_steps", 1}, {"min_lr", 2e-4},
                           {"clip_norm", 0.5}};
   const Json plain = specFor("1f1b", 1, a.control(), b.control(), optimizer);
   const Trained reference = trainReference(plain, true);
@@ -398,17 +422,23 @@ TEST_CASE("the one-step-delayed update trains like PipeDream-2BW's update in one
   if (m == 1) CHECK(worst == 0.0);
   WARN("delayed " << schedule << " m=" << m << ": max |parameter diff| " << worst << " (from the synchronous update "
                   << fromSync << ")");
-  // The checkpoint after step 1 holds the two gradients not yet applied.
-  const auto checkpoint = stages::decodeSafetensors(
-      [&] {
-        std::ifstream in(a.dir() / "jobs" / job / "checkpoints" / "step-00000001" / "stage-0.safetensors",
-                         std::ios::binary);
-        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      }(),
-      "checkpoint");
-  std::set<std::string> names;
-  for (const auto& [name, tensor] : checkpoint.tensors) names.insert(name);
-  CHECK(names.count("pending/0/step"));
-  CHECK(names.count("pending/1/step"));
-  CHECK(names.count("pending/1/total"));
+  auto checkpointNames = [&](const char* step) {
+    std::ifstream in(a.dir() / "jobs" / job / "checkpoints" / step / "stage-0.safetensors", std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::set<std::string> names;
+    for (const auto& [name, tensor] : stages::decodeSafetensors(bytes, step).tensors) names.insert(name);
+    return names;
+  };
+  // The checkpoint after step 1 holds its gradient, not yet applied (step 0's was, in the warm-up)...
+  const auto early = checkpointNames("step-00000001");
+  CHECK(early.count("pending/0/step"));
+  CHECK(early.count("pending/0/total"));
+  CHECK_FALSE(early.count("pending/1/step"));
+  // ... the last one the weights before the last update (for the prediction), one per state tensor.
+  size_t previous = 0, parameters0 = 0;
+  for (const auto& name : checkpointNames("step-00000003")) {
+    previous += name.rfind("previous/", 0) == 0;
+    parameters0 += name.rfind("param/", 0) == 0;
+  }
+  CHECK(previous == parameters0);
 }

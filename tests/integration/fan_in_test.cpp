@@ -108,6 +108,9 @@ TEST_CASE("fan-in specs: token links only, a discriminator without text", "[fan-
   spec["stages"][2]["data_files"] = {text.first};
   refused(spec, "the discriminator reads no text");
   spec = electraSpec(a.control(), b.control(), c.control(), text, 1);
+  spec["update"] = "delayed";
+  refused(spec, "only \"sync\"");
+  spec = electraSpec(a.control(), b.control(), c.control(), text, 1);
   spec["stages"] = {spec["stages"][2]};
   refused(spec, "at least one generator");
   spec = electraSpec(a.control(), b.control(), c.control(), text, 1);
