@@ -1,5 +1,7 @@
 #include "scheduler/cost_model.h"
 
+#include <algorithm>
+
 #include "scheduler/error.h"
 
 namespace skytrain::scheduler {
@@ -17,9 +19,13 @@ LinearFit fitLinear(const std::vector<std::pair<double, double>>& points) {
   const double variance = sxx - sx * sx / n;
   if (variance <= 1e-12 * std::max(1.0, sxx)) return {std::max(0.0, sy / n), 0.0};
   const double k = (sxy - sx * sy / n) / variance;
-  const double a = (sy - k * sx) / n;
-  if (k < 0) return {std::max(0.0, sy / n), 0.0};       // flat: the best constant
-  if (a < 0) return {0.0, sxx > 0 ? sxy / sxx : 0.0};   // through the origin
+  if (k < 0) return {std::max(0.0, sy / n), 0.0};  // flat: the best constant
+  // The intercept through the smallest b's point, not least squares': the large sizes' noise
+  // (a few percent of tens of ms) would swamp a per-micro-batch cost of a millisecond, and
+  // the planner would then take many micro-batches as free. Exact data gives the same line.
+  const auto smallest = *std::min_element(points.begin(), points.end());
+  const double a = smallest.second - k * smallest.first;
+  if (a < 0) return {0.0, sxx > 0 ? sxy / sxx : 0.0};  // through the origin
   return {a, k};
 }
 

@@ -7,8 +7,9 @@
 
 namespace skytrain::scheduler {
 
-// y = a + k * b, fitted by least squares with a >= 0 and k >= 0: every cost it models
-// (seconds, bytes) is non-negative, and a free fit through noisy points can cross zero.
+// y = a + k * b with a >= 0 and k >= 0: every cost it models (seconds, bytes) is
+// non-negative, and a free fit through noisy points can cross zero. k is the least-squares
+// slope, a the intercept through the point of the smallest b (fitLinear).
 struct LinearFit {
   double a = 0;
   double k = 0;

@@ -94,6 +94,11 @@ TEST_CASE("fitLinear recovers a + k b") {
   CHECK(origin.a == 0.0);
   CHECK(origin.k == Approx((0.5 + 28.0 + 512.0) / (1 + 16 + 256)));
   CHECK(fitLinear({{1, 5.0}, {2, 4.0}}).k == 0.0);
+  // A per-micro-batch cost of 1 ms under a few ms of noise at the large sizes: least squares
+  // puts the intercept below zero here (-0.41 ms); the point at b = 1 keeps it.
+  const LinearFit overhead = fitLinear({{1, 1.2}, {64, 13.8 - 3.0}, {128, 26.6 + 1.0}, {256, 52.2 + 2.0}});
+  CHECK(overhead.a == Approx(1.2 - overhead.k).margin(1e-12));
+  CHECK(overhead.a > 0.9);
   CHECK_THROWS_AS(fitLinear({}), skytrain::Error);
 }
 
