@@ -10,6 +10,7 @@
 
 #include "compression/codec_util.h"
 #include "compression/float_bits.h"
+#include "compression/int4_avx2.h"
 #include "compression/int4_blocks.h"
 #include "compression/codecs.h"
 #include "compression/tensor_bytes.h"
@@ -20,8 +21,8 @@ namespace {
 int64_t blocks(int64_t n) { return int4Blocks(n); }
 
 // One whole block: its absmax as float bits, and the packed nibbles. The portable versions
-// are fixed-size loops the compiler vectorises; where the CPU has AVX2 (checked once at
-// run time) the nibbles are packed and unpacked with byte shuffles instead.
+// are fixed-size loops the compiler vectorises; where the CPU has AVX2 and FMA (checked
+// once at run time) the nibbles are packed and unpacked with byte shuffles instead.
 uint32_t encodeBlockPortable(const float* x, uint8_t* packed) {
   const uint32_t bits = absMaxBits(x, kInt4Block);
   const float absmax = bitsToFloat(bits);
@@ -39,64 +40,27 @@ void decodeBlockPortable(const uint8_t* packed, float scale, float* out) {
   }
 }
 
-// The same arithmetic: |x| max, q = round-to-nearest-even(x * 7/absmax) + 8 (the CPU's
-// default rounding, as roundSmall), two q a byte, low nibble first.
-__attribute__((target("avx2"))) uint32_t encodeBlockAvx2(const float* x, uint8_t* packed) {
-  const __m256 signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+// The same arithmetic on AVX2 registers (compression/int4_avx2.h).
+__attribute__((target("avx2,fma"))) uint32_t encodeBlockAvx2(const float* x, uint8_t* packed) {
   __m256 v[4];
   for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k);
-  // The absmax as absMaxBits finds it: the largest bit pattern with the sign cleared (NaN
-  // above Inf above every finite value).
-  __m256i mi = _mm256_castps_si256(_mm256_and_ps(v[0], signless));
-  for (int k = 1; k < 4; ++k) mi = _mm256_max_epu32(mi, _mm256_castps_si256(_mm256_and_ps(v[k], signless)));
-  __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(mi), _mm256_extracti128_si256(mi, 1));
-  m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
-  m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(2, 3, 0, 1)));
-  const uint32_t bits = static_cast<uint32_t>(_mm_cvtsi128_si32(m4));
-  const float absmax = bitsToFloat(bits);
-  const float inverse = absmax > 0.f && bits < kNonFiniteBits ? 7.f / absmax : 0.f;
-  const __m256 scale = _mm256_set1_ps(inverse);
-  const __m256i eight = _mm256_set1_epi32(8);
-  __m256i q[4];
-  for (int k = 0; k < 4; ++k) q[k] = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], scale)), eight);
-  // 32 x int32 -> 32 x uint8 in order (packs work per 128-bit lane: fix the order after).
-  const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(q[0], q[1]), _MM_SHUFFLE(3, 1, 2, 0));
-  const __m256i words2 = _mm256_permute4x64_epi64(_mm256_packus_epi32(q[2], q[3]), _MM_SHUFFLE(3, 1, 2, 0));
-  const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(words, words2), _MM_SHUFFLE(3, 1, 2, 0));
-  // Pairs (even, odd) -> even + 16 * odd, one byte each.
-  const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi16(0x1001));
-  const __m128i out = _mm_packus_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(packed), out);
-  return bits;
+  return quantiseInt4Registers(v, packed);
 }
 
-__attribute__((target("avx2"))) void decodeBlockAvx2(const uint8_t* packed, float scale, float* out) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i low = _mm_and_si128(bytes, mask), high = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
-  const __m128i first = _mm_unpacklo_epi8(low, high), second = _mm_unpackhi_epi8(low, high);  // elements 0-15, 16-31
-  const __m256 s = _mm256_set1_ps(scale);
-  const __m256i eight = _mm256_set1_epi32(8);
-  const __m128i groups[4] = {first, _mm_srli_si128(first, 8), second, _mm_srli_si128(second, 8)};
-  for (int k = 0; k < 4; ++k) {
-    const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(groups[k]), eight);
-    _mm256_storeu_ps(out + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), s));
-  }
-}
-
-bool haveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
+__attribute__((target("avx2,fma"))) void decodeBlockAvx2(const uint8_t* packed, float scale, float* out) {
+  __m256 v[4];
+  restoreInt4Registers(packed, scale, v);
+  for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + 8 * k, v[k]);
 }
 
 }  // namespace
 
 uint32_t encodeInt4Block(const float* x, uint8_t* packed) {
-  return haveAvx2() ? encodeBlockAvx2(x, packed) : encodeBlockPortable(x, packed);
+  return haveAvx2Fma() ? encodeBlockAvx2(x, packed) : encodeBlockPortable(x, packed);
 }
 
 void decodeInt4Block(const uint8_t* packed, float scale, float* out) {
-  haveAvx2() ? decodeBlockAvx2(packed, scale, out) : decodeBlockPortable(packed, scale, out);
+  haveAvx2Fma() ? decodeBlockAvx2(packed, scale, out) : decodeBlockPortable(packed, scale, out);
 }
 
 namespace {

@@ -19,6 +19,7 @@
 #include "compression/codec_util.h"
 #include "compression/codecs.h"
 #include "compression/float_bits.h"
+#include "compression/int4_avx2.h"
 #include "compression/int4_blocks.h"
 #include "compression/tensor_bytes.h"
 #include "scheduler/error.h"
@@ -48,39 +49,112 @@ void hadamardPortable(float* data, int64_t blocks) {
   }
 }
 
-// The same passes on eight AVX registers: h = 1, 2, 4 inside each register (the partner
-// comes from a permute; the upper element of a pair takes partner - self), h = 8, 16, 32
-// between registers. Same additions in the same order: the results are bit-identical.
-__attribute__((target("avx2"))) void hadamardAvx2(float* data, int64_t blocks) {
-  const __m256 eighth = _mm256_set1_ps(0.125f);
+// The same passes on eight AVX registers: h = 1, 2, 4 inside each register, h = 8, 16, 32
+// between registers. Inside a register the partner t comes from a permute, and one FMA
+// gives t + v on the lower element of a pair and t - v on the upper (v times +-1 is exact,
+// so each is the sum the portable loop rounds): the results are bit-identical. Unscaled:
+// the callers fold the 1/8 into a multiply they make anyway where they can. A power of two,
+// it changes no rounding unless a value is subnormal (below 1.2e-38).
+SKYTRAIN_AVX2 void hadamardRegistersUnscaled(__m256* r) {
+  const __m256 odd = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+  const __m256 pairs = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+  const __m256 halves = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+  #pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    __m256 v = r[k];
+    v = _mm256_fmadd_ps(v, odd, _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));  // h = 1
+    v = _mm256_fmadd_ps(v, pairs, _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));  // h = 2
+    r[k] = _mm256_fmadd_ps(v, halves, _mm256_permute2f128_ps(v, v, 0x01));  // h = 4
+  }
+  #pragma GCC unroll 8
+  for (int d = 1; d < 8; d *= 2) {  // h = 8, 16, 32
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; i += 2 * d) {
+      #pragma GCC unroll 8
+      for (int k = i; k < i + d; ++k) {
+        const __m256 a = r[k], c = r[k + d];
+        r[k] = _mm256_add_ps(a, c);
+        r[k + d] = _mm256_sub_ps(a, c);
+      }
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void hadamardAvx2(float* data, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b) {
     float* x = data + b * kRotationBlock;
     __m256 r[8];
-    for (int k = 0; k < 8; ++k) {
-      __m256 v = _mm256_loadu_ps(x + 8 * k);
-      __m256 t = _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));  // h = 1
-      v = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xAA);
-      t = _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2));  // h = 2
-      v = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xCC);
-      t = _mm256_permute2f128_ps(v, v, 0x01);  // h = 4
-      r[k] = _mm256_blend_ps(_mm256_add_ps(v, t), _mm256_sub_ps(t, v), 0xF0);
-    }
-    for (int d = 1; d < 8; d *= 2) {  // h = 8, 16, 32
-      for (int i = 0; i < 8; i += 2 * d) {
-        for (int k = i; k < i + d; ++k) {
-          const __m256 a = r[k], c = r[k + d];
-          r[k] = _mm256_add_ps(a, c);
-          r[k + d] = _mm256_sub_ps(a, c);
-        }
-      }
-    }
-    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(x + 8 * k, _mm256_mul_ps(r[k], eighth));
+    for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(x + 8 * k);
+    hadamardRegistersUnscaled(r);
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(x + 8 * k, _mm256_mul_ps(r[k], _mm256_set1_ps(0.125f)));
   }
 }
 
 void hadamard(float* data, int64_t blocks) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  avx2 ? hadamardAvx2(data, blocks) : hadamardPortable(data, blocks);
+  haveAvx2Fma() ? hadamardAvx2(data, blocks) : hadamardPortable(data, blocks);
+}
+
+// "int4+rot" over whole 64-blocks, four at a time (blocks: a multiple of kRotationGroup):
+// rotate in registers, quantise straight into the payload. The eight 32-halves' scales
+// (absmax / 7) and inverses (7 / absmax) take one vector division each, not sixteen scalar
+// ones; the rotated blocks wait in an L1-sized buffer between the two passes. The rotation's
+// 1/8 is folded into the absmax and the inverse. Same arithmetic as int4 on the rotated
+// block otherwise. False at the first group holding NaN or Inf (or overflowing).
+constexpr int64_t kRotationGroup = 4;
+
+__attribute__((target("avx2,fma"))) bool encodeRotatedInt4Avx2(const float* data, int64_t blocks, char* scales,
+                                                              uint8_t* packed) {
+  constexpr int kHalves = kRotationGroup * kRotationBlock / kInt4Block;
+  alignas(32) float rotated[kRotationGroup * kRotationBlock];
+  alignas(32) uint32_t bits[kHalves];
+  alignas(32) float inverse[kHalves];
+  const __m256 eighth = _mm256_set1_ps(0.125f), seven = _mm256_set1_ps(7.f);
+  const __m256i finiteLimit = _mm256_set1_epi32(static_cast<int32_t>(kNonFiniteBits - 1));
+  for (int64_t b = 0; b < blocks; b += kRotationGroup) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kRotationGroup; ++j) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(data + (b + j) * kRotationBlock + 8 * k);
+      hadamardRegistersUnscaled(r);
+      bits[2 * j] = absMaxBitsRegisters(r);
+      bits[2 * j + 1] = absMaxBitsRegisters(r + 4);
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) _mm256_store_ps(rotated + j * kRotationBlock + 8 * k, r[k]);
+    }
+    const __m256i absBits = _mm256_load_si256(reinterpret_cast<const __m256i*>(bits));
+    // Bits of a finite |x| are below kNonFiniteBits as signed integers too.
+    if (!_mm256_testz_si256(_mm256_cmpgt_epi32(absBits, finiteLimit), _mm256_set1_epi32(-1))) return false;
+    const __m256 absmax = _mm256_mul_ps(_mm256_castsi256_ps(absBits), eighth);
+    _mm256_storeu_ps(reinterpret_cast<float*>(scales + 4 * 2 * b), _mm256_div_ps(absmax, seven));
+    const __m256 positive = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_castps_si256(absmax), _mm256_setzero_si256()));
+    _mm256_store_ps(inverse, _mm256_and_ps(_mm256_mul_ps(_mm256_div_ps(seven, absmax), eighth), positive));
+#pragma GCC unroll 8
+    for (int h = 0; h < kHalves; ++h) {
+      packInt4Registers(reinterpret_cast<const __m256*>(rotated + h * kInt4Block), _mm256_broadcast_ss(inverse + h),
+                        packed + (2 * b + h) * kInt4Block / 2);
+    }
+  }
+  return true;
+}
+
+// The inverse over whole 64-blocks: restore both halves (the 1/8 folded into the scale),
+// rotate, store.
+__attribute__((target("avx2,fma"))) void decodeRotatedInt4Avx2(const char* scales, const uint8_t* packed,
+                                                              int64_t blocks, float* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256 r[8];
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      const int64_t index = 2 * b + half;
+      float scale;
+      std::memcpy(&scale, scales + 4 * index, 4);
+      restoreInt4Registers(packed + index * kInt4Block / 2, scale * 0.125f, r + 4 * half);
+    }
+    hadamardRegistersUnscaled(r);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + b * kRotationBlock + 8 * k, r[k]);
+  }
 }
 
 class RotationCodec : public Codec {
@@ -131,15 +205,22 @@ class RotationCodec : public Codec {
  private:
   // "int4+rot" a block at a time: rotate 64 floats in registers and quantise them straight
   // into the payload, one pass, no rotated copy. The bytes are exactly the unfused path's
-  // (int4 of the rotated, zero-padded vector).
+  // (int4 of the rotated, zero-padded vector; a subnormal rotated value may round
+  // differently). With AVX2 and FMA whole blocks go four at a time through registers; the
+  // rest (and every block without them) through memory.
   std::string encodeFusedInt4(const at::Tensor& x) const {
     const int64_t n = x.numel(), padded = paddedLength(n);
     std::string payload(int4Size(padded), '\0');
     char* scales = payload.data();
     auto* packed = reinterpret_cast<uint8_t*>(payload.data() + int4Blocks(padded) * 4);
     const float* data = x.data_ptr<float>();
+    int64_t done = 0;
+    if (haveAvx2Fma()) {
+      done = n / kRotationBlock / kRotationGroup * kRotationGroup;
+      if (!encodeRotatedInt4Avx2(data, done, scales, packed)) throwNonFinite(x);
+    }
     float block[kRotationBlock];
-    for (int64_t b = 0; b < padded / kRotationBlock; ++b) {
+    for (int64_t b = done; b < padded / kRotationBlock; ++b) {
       const int64_t begin = b * kRotationBlock, count = std::min(kRotationBlock, n - begin);
       std::memcpy(block, data + begin, sizeof(float) * static_cast<size_t>(count));
       std::fill(block + count, block + kRotationBlock, 0.f);
@@ -147,15 +228,17 @@ class RotationCodec : public Codec {
       for (int64_t half = 0; half < kRotationBlock / kInt4Block; ++half) {
         const int64_t index = b * (kRotationBlock / kInt4Block) + half;
         const uint32_t bits = encodeInt4Block(block + half * kInt4Block, packed + index * kInt4Block / 2);
-        if (bits >= kNonFiniteBits) {
-          requireFinite("rot", x);  // throws, counting them
-          throw Error("rot: rotating overflowed float32 (inputs near 3.4e38)");
-        }
+        if (bits >= kNonFiniteBits) throwNonFinite(x);
         const float scale = bitsToFloat(bits) / 7.f;
         std::memcpy(scales + 4 * index, &scale, 4);
       }
     }
     return payload;
+  }
+
+  [[noreturn]] static void throwNonFinite(const at::Tensor& x) {
+    requireFinite("rot", x);  // throws, counting them
+    throw Error("rot: rotating overflowed float32 (inputs near 3.4e38)");
   }
 
   at::Tensor decodeFusedInt4(const std::string& payload, int64_t n) const {
@@ -168,8 +251,13 @@ class RotationCodec : public Codec {
     const auto* packed = reinterpret_cast<const uint8_t*>(payload.data() + int4Blocks(padded) * 4);
     at::Tensor out = torch::empty({n}, torch::kFloat);
     float* data = out.data_ptr<float>();
+    int64_t done = 0;
+    if (haveAvx2Fma()) {
+      done = n / kRotationBlock;
+      decodeRotatedInt4Avx2(scales, packed, done, data);
+    }
     float block[kRotationBlock];
-    for (int64_t b = 0; b < padded / kRotationBlock; ++b) {
+    for (int64_t b = done; b < padded / kRotationBlock; ++b) {
       for (int64_t half = 0; half < kRotationBlock / kInt4Block; ++half) {
         const int64_t index = b * (kRotationBlock / kInt4Block) + half;
         float scale;
