@@ -19,17 +19,37 @@ inline bool haveAvx2Fma() {
   return have;
 }
 
-// The absmax of the 32 floats in v[0..3] as int4 finds it: the largest bit pattern with
-// the sign cleared (NaN above Inf above every finite value).
-SKYTRAIN_AVX2 uint32_t absMaxBitsRegisters(const __m256* v) {
+// |x| of the 32 floats in v[0..3] as bit patterns (sign cleared), reduced to eight lanes
+// with an unsigned max. The bits order like the values, NaN above Inf above every finite
+// value, so the largest is the block's absmax as int4 finds it.
+SKYTRAIN_AVX2 __m256i absMaxLanesRegisters(const __m256* v) {
   const __m256 signless = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256i mi = _mm256_castps_si256(_mm256_and_ps(v[0], signless));
 #pragma GCC unroll 4
   for (int k = 1; k < 4; ++k) mi = _mm256_max_epu32(mi, _mm256_castps_si256(_mm256_and_ps(v[k], signless)));
+  return mi;
+}
+
+// The absmax bits of the 32 floats in v[0..3].
+SKYTRAIN_AVX2 uint32_t absMaxBitsRegisters(const __m256* v) {
+  const __m256i mi = absMaxLanesRegisters(v);
   __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(mi), _mm256_extracti128_si256(mi, 1));
   m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
   m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(2, 3, 0, 1)));
   return static_cast<uint32_t>(_mm_cvtsi128_si32(m4));
+}
+
+// Four blocks' eight-lane maxima reduced together: element i (0-3) of each 128-bit half
+// holds block i's max over that half (maxHalves combines the halves).
+SKYTRAIN_AVX2 __m256i maxOfFour(__m256i m0, __m256i m1, __m256i m2, __m256i m3) {
+  const __m256i m01 = _mm256_max_epu32(_mm256_unpacklo_epi32(m0, m1), _mm256_unpackhi_epi32(m0, m1));
+  const __m256i m23 = _mm256_max_epu32(_mm256_unpacklo_epi32(m2, m3), _mm256_unpackhi_epi32(m2, m3));
+  return _mm256_max_epu32(_mm256_unpacklo_epi64(m01, m23), _mm256_unpackhi_epi64(m01, m23));
+}
+
+// Two maxOfFour results -> the eight blocks' maxima in lanes 0-7.
+SKYTRAIN_AVX2 __m256i maxHalves(__m256i low, __m256i high) {
+  return _mm256_max_epu32(_mm256_permute2x128_si256(low, high, 0x20), _mm256_permute2x128_si256(low, high, 0x31));
 }
 
 // q = round-to-nearest-even(x * inverse) (the CPU's default rounding, as roundSmall) of the

@@ -106,23 +106,25 @@ __attribute__((target("avx2,fma"))) bool encodeRotatedInt4Avx2(const float* data
                                                               uint8_t* packed) {
   constexpr int kHalves = kRotationGroup * kRotationBlock / kInt4Block;
   alignas(32) float rotated[kRotationGroup * kRotationBlock];
-  alignas(32) uint32_t bits[kHalves];
   alignas(32) float inverse[kHalves];
   const __m256 eighth = _mm256_set1_ps(0.125f), seven = _mm256_set1_ps(7.f);
   const __m256i finiteLimit = _mm256_set1_epi32(static_cast<int32_t>(kNonFiniteBits - 1));
+  static_assert(kHalves == 8, "one vector of scales a group");
   for (int64_t b = 0; b < blocks; b += kRotationGroup) {
+    __m256i lanes[kHalves];
 #pragma GCC unroll 4
     for (int j = 0; j < kRotationGroup; ++j) {
       __m256 r[8];
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(data + (b + j) * kRotationBlock + 8 * k);
       hadamardRegistersUnscaled(r);
-      bits[2 * j] = absMaxBitsRegisters(r);
-      bits[2 * j + 1] = absMaxBitsRegisters(r + 4);
+      lanes[2 * j] = absMaxLanesRegisters(r);
+      lanes[2 * j + 1] = absMaxLanesRegisters(r + 4);
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) _mm256_store_ps(rotated + j * kRotationBlock + 8 * k, r[k]);
     }
-    const __m256i absBits = _mm256_load_si256(reinterpret_cast<const __m256i*>(bits));
+    const __m256i absBits = maxHalves(maxOfFour(lanes[0], lanes[1], lanes[2], lanes[3]),
+                                      maxOfFour(lanes[4], lanes[5], lanes[6], lanes[7]));
     // Bits of a finite |x| are below kNonFiniteBits as signed integers too.
     if (!_mm256_testz_si256(_mm256_cmpgt_epi32(absBits, finiteLimit), _mm256_set1_epi32(-1))) return false;
     const __m256 absmax = _mm256_mul_ps(_mm256_castsi256_ps(absBits), eighth);
