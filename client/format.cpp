@@ -33,8 +33,9 @@ std::string formatPlan(const nlohmann::json& plan) {
   char line[256];
   for (size_t i = 0; i < plan["links"].size(); ++i) {
     const auto& l = plan["links"][i];
-    std::snprintf(line, sizeof line, "  link %zu->%zu: %s/s, one-way delay %.3f ms\n", i, i + 1,
-                  formatBytes(l["bandwidth_bytes_per_s"].get<double>()).c_str(), 1e3 * l["delay_s"].get<double>());
+    std::snprintf(line, sizeof line, "  link %zu->%zu: %s/s, one-way delay %.3f ms, %.1f us a message\n", i, i + 1,
+                  formatBytes(l["bandwidth_bytes_per_s"].get<double>()).c_str(), 1e3 * l["delay_s"].get<double>(),
+                  1e6 * l.value("overhead_s", 0.0));
     out += line;
   }
   for (size_t i = 0; i < plan["stages"].size(); ++i) {

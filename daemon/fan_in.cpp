@@ -195,7 +195,7 @@ nlohmann::json PipelineRunner::fanInProbes(uint64_t step) {
   const at::Tensor tiny = torch::zeros({1});
   if (isLast()) {  // echo every producer's probes, in whatever order they arrive
     for (int p = 0; p < producers(); ++p) {
-      for (int i = 0; i < kProbeSizes * kProbes; ++i) {
+      for (int i = 0; i < kProbeFrames; ++i) {
         takeProducerFrame(FrameDirection::Probe, step, tagged(p, i));
         producerLinks_[p]->send(frame(FrameDirection::ProbeReply, tagged(p, i), static_cast<uint16_t>(p), tiny));
       }

@@ -175,11 +175,14 @@ class PipelineRunner {
   nlohmann::json computeProfile(nlohmann::json forward, nlohmann::json backward, nlohmann::json outputBytes,
                                 nlohmann::json gradientBytes) const;
   // Times round trips to stage `to` over next_: tiny probes, the job's frame `job` (zeros
-  // of minBytes when smaller), then a frame three times that; probe i carries micro-batch
-  // index(i). The link's one-way delay (the tiny round trip), its bandwidth (the slope
-  // between the two large frames) and the round trips.
+  // of minBytes when smaller), then a frame three times that, then a burst of tiny probes
+  // back to back; probe i carries micro-batch index(i). The link's one-way delay (the tiny
+  // round trip), its bandwidth (the slope between the two large frames), its per-message
+  // cost (the burst past one round trip, a message) and the round trips.
   static constexpr int kProbes = 4;      // round trips per probe size; the fastest counts
   static constexpr int kProbeSizes = 3;  // tiny, the job's frame, three times that (measureLink)
+  static constexpr int kProbeBurst = 16;  // tiny probes sent back to back: the per-message cost
+  static constexpr int kProbeFrames = kProbeSizes * kProbes + kProbeBurst;  // echoed a link
   nlohmann::json measureLink(uint64_t step, compression::EncodedTensor job, size_t minBytes, uint16_t to,
                              const std::function<uint32_t(int)>& index);
   uint16_t consumerStage() const { return static_cast<uint16_t>(spec_.stages.size() - 1); }

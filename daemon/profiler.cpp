@@ -217,7 +217,7 @@ Json PipelineRunner::probeLinks(uint64_t step) {
   };
   const at::Tensor tiny = torch::zeros({1});
   if (!isFirst()) {  // echo the previous stage's probes with a tiny reply
-    for (int i = 0; i < kProbeSizes * kProbes; ++i) {
+    for (int i = 0; i < kProbeFrames; ++i) {
       awaitFrame(*previous_, FrameDirection::Probe, step, i);
       previous_->send(frame(FrameDirection::ProbeReply, i, static_cast<uint16_t>(stage_ - 1), tiny));
     }
@@ -254,18 +254,30 @@ Json PipelineRunner::measureLink(uint64_t step, compression::EncodedTensor job, 
     awaitFrame(*next_, FrameDirection::ProbeReply, step, static_cast<int>(index(i)));
     rtt[size] = std::min(rtt[size], secondsSince(start));
   }
+  // A burst of tiny probes sent back to back: their replies come back paced by the slowest
+  // serial step on the path (ZeroMQ, the receiving threads, a relay), so the time past one
+  // round trip over the burst's length is what each message costs the link beyond its bytes.
+  const int burstStart = kProbeSizes * kProbes;
+  const auto burstBegin = Clock::now();
+  for (int i = burstStart; i < burstStart + kProbeBurst; ++i) next_->send(probe(i, tiny));
+  for (int i = burstStart; i < burstStart + kProbeBurst; ++i) {
+    awaitFrame(*next_, FrameDirection::ProbeReply, step, static_cast<int>(index(i)));
+  }
+  const double burst = secondsSince(burstBegin);
+  const double overhead = std::max(0.0, (burst - rtt[0]) / (kProbeBurst - 1));
   // The tiny probe's round trip is twice the one-way delay (per-message overhead folded in).
   const double midBytes = static_cast<double>(compression::frameBytes(job));
   const double bigBytes = static_cast<double>(compression::frameBytes(big));
   const double transfer = std::max(1e-7, rtt[2] - rtt[1]);
   return {{"bandwidth_bytes_per_s", (bigBytes - midBytes) / transfer},
           {"delay_s", rtt[0] / 2},
-          {"overhead_s", 0.0},
+          {"overhead_s", overhead},
           {"probe_bytes", bigBytes},
           {"job_frame_bytes", jobBytes},
           {"rtt_small_s", rtt[0]},
           {"rtt_job_s", rtt[1]},
-          {"rtt_big_s", rtt[2]}};
+          {"rtt_big_s", rtt[2]},
+          {"burst_s", burst}};
 }
 
 }  // namespace skytrain::daemon
