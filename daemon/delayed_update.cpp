@@ -147,7 +147,7 @@ void PipelineRunner::completeGradient(uint64_t step) {
 
 void PipelineRunner::resolveTotal(PendingGradient& pending) {
   if (!pending.needsTotal || pending.total.defined()) return;
-  pending.total = receive(*previous_, FrameDirection::NormDown, pending.step, 0, {});
+  pending.total = receiveNormTotal(pending.step);
   if (!isLast()) transmit(*next_, decoderFor("none"), FrameDirection::NormDown, pending.step, 0, stage_ + 1, pending.total);
 }
 

@@ -332,9 +332,20 @@ at::Tensor PipelineRunner::exchangeNorms(uint64_t step, const at::Tensor& mine) 
     total = all.numel() == 1 ? all[0] : all.norm(2.0);
   } else {
     transmit(*previous_, plain, FrameDirection::NormUp, step, 0, stage_ - 1, all);
-    total = receive(*previous_, FrameDirection::NormDown, step, 0, {});
+    total = receiveNormTotal(step);
   }
   if (!isLast()) transmit(*next_, plain, FrameDirection::NormDown, step, 0, stage_ + 1, total);
+  return total;
+}
+
+at::Tensor PipelineRunner::receiveNormTotal(uint64_t step) {
+  at::Tensor total = receive(*previous_, FrameDirection::NormDown, step, 0, {});
+  // A norm is never negative: a negative one would turn clipping into a sign flip. NaN and
+  // Inf go on to the job's on_nonfinite policy like a norm computed here.
+  if (total.item<double>() < 0) {
+    throw WireError("stage " + std::to_string(stage_ - 1) + " sent a negative gradient norm (" +
+                    std::to_string(total.item<double>()) + ") for step " + std::to_string(step));
+  }
   return total;
 }
 

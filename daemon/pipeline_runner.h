@@ -196,6 +196,9 @@ class PipelineRunner {
   // later stages', the first stage takes the norm of them all (as clip_grad_norm_ does in
   // one process) and sends it back downstream.
   at::Tensor exchangeNorms(uint64_t step, const at::Tensor& mine);
+  // The global gradient norm of `step` from the previous stage (NormDown); refuses a
+  // negative one.
+  at::Tensor receiveNormTotal(uint64_t step);
   void backward(uint64_t step, int microBatch);
   // The stage a step's ops run on: model_, or under the delayed update the working copy of
   // the step's parity.

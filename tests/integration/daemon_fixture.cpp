@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "compression/codec_registry.h"
 #include "daemon/daemon.h"
 #include "daemon/protocol/control.h"
 
@@ -107,6 +108,81 @@ std::map<std::string, at::Tensor> loadStageWeights(const std::filesystem::path& 
     out[entry.key().toStringRef()] = entry.value().toTensor();
   }
   return out;
+}
+
+nlohmann::json twoStageSpec(const std::string& a, const std::string& b, int steps) {
+  return {{"name", "secure"},
+          {"seed", 3},
+          {"steps", steps},
+          {"batch_size", 4},
+          {"micro_batches", 2},
+          {"schedule", "1f1b"},
+          {"model", {{"d_model", 16}, {"heads", 2}, {"layers", 2}, {"d_ff", 32}, {"seq_len", 8}}},
+          {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
+          {"eval", {{"samples", 4}}},
+          {"stages", {{{"daemon", a}, {"layers", {0, 1}}}, {{"daemon", b}, {"layers", {1, 2}}}}}};
+}
+
+nlohmann::json ping(zmq::context_t& context, const TestDaemon& d, const protocol::ClientSecurity& as) {
+  return protocol::ControlClient(context, d.control(), as).request({{"type", "ping"}}, std::chrono::seconds(5));
+}
+
+nlohmann::json waitForEnd(protocol::ControlClient& client, const std::string& job) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    nlohmann::json status = client.request({{"type", "status"}, {"job", job}}, std::chrono::seconds(5))["job"];
+    if (status["state"] != "preparing" && status["state"] != "running") return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  FAIL("job " << job << " did not end");
+  return {};
+}
+
+void requireSameWeights(const std::string& jobA, const std::string& jobB, int stages,
+                        const std::vector<const TestDaemon*>& hostsA, const std::vector<const TestDaemon*>& hostsB) {
+  for (int i = 0; i < stages; ++i) {
+    const auto name = "stage-" + std::to_string(i) + ".pt";
+    const auto left = loadStageWeights(hostsA[i]->dir() / "jobs" / jobA / name);
+    const auto right = loadStageWeights(hostsB[i]->dir() / "jobs" / jobB / name);
+    REQUIRE(left.size() == right.size());
+    for (const auto& [key, tensor] : left) {
+      INFO(key);
+      CHECK(torch::equal(tensor, right.at(key)));
+    }
+  }
+}
+
+void sendRaw(zmq::context_t& context, const std::string& endpoint, const protocol::ClientSecurity& as,
+             const std::vector<std::string>& parts) {
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  protocol::applyClientSecurity(socket, as);
+  socket.set(zmq::sockopt::linger, 500);
+  socket.connect(endpoint);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    socket.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+compression::TensorFrame forgedFrame(uint64_t job, uint64_t step, uint32_t microBatch, uint16_t stage,
+                                     compression::FrameDirection direction, const at::Tensor& tensor) {
+  compression::TensorFrame frame;
+  frame.job = job;
+  frame.step = step;
+  frame.microBatch = microBatch;
+  frame.stage = stage;
+  frame.direction = direction;
+  frame.tensor = compression::builtinCodecs().make("none")->encode(tensor);
+  return frame;
+}
+
+compression::TensorFrame forgedFrame(uint64_t job, uint64_t step, uint32_t microBatch, uint16_t stage,
+                                     compression::FrameDirection direction, std::vector<int64_t> shape) {
+  return forgedFrame(job, step, microBatch, stage, direction, torch::full(shape, 1e6));
+}
+
+void sendFrame(zmq::context_t& context, const std::string& dataEndpoint, const protocol::ClientSecurity& as,
+               const compression::TensorFrame& frame) {
+  sendRaw(context, dataEndpoint, as, {compression::encodeFrameHeader(frame), frame.tensor.payload});
 }
 
 }  // namespace skytrain::testing

@@ -15,6 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "compression/tensor_frame.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/keys.h"
 
@@ -76,5 +77,31 @@ nlohmann::json runJob(zmq::context_t& context, const std::string& coordinator, c
 
 // A stage's saved weights (<state_dir>/jobs/<job>/stage-<i>.pt).
 std::map<std::string, at::Tensor> loadStageWeights(const std::filesystem::path& file);
+
+// A two-stage GPT small enough for a test, on the test corpus: batch 4, m = 2, 1F1B, one
+// block a stage on daemons a and b.
+nlohmann::json twoStageSpec(const std::string& a, const std::string& b, int steps);
+
+// The daemon's ping reply (its endpoints; for an admin, its refusal counters).
+nlohmann::json ping(zmq::context_t& context, const TestDaemon& d, const protocol::ClientSecurity& as);
+
+// Polls the job's status until it is neither preparing nor running (two minutes at most).
+nlohmann::json waitForEnd(protocol::ControlClient& client, const std::string& job);
+
+// Every stage's final weights of jobA (stage i on hostsA[i]) equal jobB's, bit for bit.
+void requireSameWeights(const std::string& jobA, const std::string& jobB, int stages,
+                        const std::vector<const TestDaemon*>& hostsA, const std::vector<const TestDaemon*>& hostsB);
+
+// A hostile peer's tools: a raw multi-part message over its own CURVE connection, and a
+// data frame of the job's key with any header and tensor (none codec).
+void sendRaw(zmq::context_t& context, const std::string& endpoint, const protocol::ClientSecurity& as,
+             const std::vector<std::string>& parts);
+compression::TensorFrame forgedFrame(uint64_t job, uint64_t step, uint32_t microBatch, uint16_t stage,
+                                     compression::FrameDirection direction, const at::Tensor& tensor);
+// The same with a tensor of 1e6 everywhere.
+compression::TensorFrame forgedFrame(uint64_t job, uint64_t step, uint32_t microBatch, uint16_t stage,
+                                     compression::FrameDirection direction, std::vector<int64_t> shape);
+void sendFrame(zmq::context_t& context, const std::string& dataEndpoint, const protocol::ClientSecurity& as,
+               const compression::TensorFrame& frame);
 
 }  // namespace skytrain::testing
