@@ -32,7 +32,10 @@ LinearFit fitLinear(const std::vector<std::pair<double, double>>& points) {
 PipelineCosts costsAt(const std::vector<StageProfile>& stages, const std::vector<LinkProfile>& links, double b) {
   SKYTRAIN_CHECK(links.size() + 1 == stages.size(), links.size() << " links for " << stages.size() << " stages");
   PipelineCosts costs;
-  for (const auto& s : stages) costs.stages.push_back({s.forwardSeconds.at(b), s.backwardSeconds.at(b)});
+  for (const auto& s : stages) {
+    const double backward = s.backwardSeconds.at(b);
+    costs.stages.push_back({s.forwardSeconds.at(b), backward, std::min(backward, s.weightSeconds.at(b))});
+  }
   for (size_t i = 0; i < links.size(); ++i) {
     costs.links.push_back({links[i].transferSeconds(stages[i].outputBytes.at(b)),
                            links[i].transferSeconds(stages[i + 1].gradientBytes.at(b)), links[i].delaySeconds});

@@ -22,6 +22,7 @@ LinearFit fitLinear(const std::vector<std::pair<double, double>>& points);
 struct StageProfile {
   LinearFit forwardSeconds;   // forward, including decoding the input and encoding the output
   LinearFit backwardSeconds;  // backward, including the gradient's codec work
+  LinearFit weightSeconds;    // the part of backward a ZB-H1 W pass takes (0: cannot split)
   LinearFit outputBytes;      // forward frame bytes on the wire (header + compressed payload)
   LinearFit gradientBytes;    // backward frame bytes this stage sends upstream
   double stashBytesPerSample = 0;  // activation memory held per in-flight sample
@@ -39,7 +40,8 @@ struct LinkProfile {
 // Concrete costs of one step at a fixed micro-batch size: what the simulator runs on.
 struct StageCost {
   double forwardSeconds = 0;
-  double backwardSeconds = 0;
+  double backwardSeconds = 0;  // the whole backward, W pass included
+  double weightSeconds = 0;    // of which the W pass under ZB-H1
 };
 struct LinkCost {
   double forwardSeconds = 0;   // x of an activation message: overhead + bytes / bandwidth

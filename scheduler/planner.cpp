@@ -41,7 +41,9 @@ PlanRow evaluate(const PlannerInput& input, int m, ScheduleKind kind) {
   PlanRow row;
   row.microBatches = m;
   row.schedule = kind;
-  if (kind == ScheduleKind::OneFOneBDelayAware) row.warmups = delayAwareWarmups(costs, m);
+  if (kind == ScheduleKind::OneFOneBDelayAware || kind == ScheduleKind::ZeroBubbleH1) {
+    row.warmups = delayAwareWarmups(costs, m);
+  }
   const Schedule schedule = makeSchedule(kind, p, m, row.warmups);
   row.warmups = schedule.warmups;
   if (input.delayedUpdate) {
@@ -65,7 +67,10 @@ PlanRow evaluate(const PlannerInput& input, int m, ScheduleKind kind) {
     row.bytesPerStep += input.replicas * m * (input.stages[s].outputBytes.at(b) + input.stages[s + 1].gradientBytes.at(b));
   }
   for (int s = 0; s < p; ++s) {
-    const int inFlight = kind == ScheduleKind::GPipe ? m : std::min(m, schedule.warmups[s] + 1);
+    int inFlight = kind == ScheduleKind::GPipe ? m : std::min(m, schedule.warmups[s] + 1);
+    // ZB-H1's pending W passes hold each linear layer's input and output gradient: about a
+    // micro-batch's stash each.
+    if (kind == ScheduleKind::ZeroBubbleH1) inFlight += std::min(m, schedule.maxPendingWeights(s));
     row.stashBytes = std::max(row.stashBytes, inFlight * b * input.stages[s].stashBytesPerSample);
   }
   row.fits = input.memoryBudgetBytes <= 0 || row.stashBytes <= input.memoryBudgetBytes;
@@ -162,7 +167,8 @@ Plan planFixedCodecs(const PlannerInput& input) {
   for (int m = 1; m <= input.batchSize; ++m) {
     if (input.batchSize % m != 0 || (input.microBatches && m != *input.microBatches)) continue;
     for (ScheduleKind kind : input.schedules) {
-      if (input.delayedUpdate && kind == ScheduleKind::GPipe) continue;  // its steps cannot overlap
+      // GPipe's steps cannot overlap; ZB-H1 with the delayed update is not built.
+      if (input.delayedUpdate && (kind == ScheduleKind::GPipe || kind == ScheduleKind::ZeroBubbleH1)) continue;
       PlanRow row = evaluate(input, m, kind);
       smallestStash = std::min(smallestStash, row.stashBytes);
       plan.table.push_back(row);

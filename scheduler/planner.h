@@ -29,7 +29,7 @@ struct PlannerInput {
   std::vector<StageProfile> stages;
   std::vector<LinkProfile> links;
   std::vector<ScheduleKind> schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
-                                         ScheduleKind::OneFOneBDelayAware};
+                                         ScheduleKind::OneFOneBDelayAware, ScheduleKind::ZeroBubbleH1};
   // The one-step-delayed update (schedule.h): steps overlap, so a row's step time is the
   // stream's steady state (delayedStepSeconds) and only 1F1B kinds are candidates.
   bool delayedUpdate = false;

@@ -56,9 +56,10 @@ Schedule makeSchedule(ScheduleKind kind, int stages, int microBatches, std::vect
   Schedule schedule;
   schedule.kind = kind;
   schedule.microBatches = microBatches;
-  if (kind == ScheduleKind::OneFOneBDelayAware) {
+  if (kind == ScheduleKind::OneFOneBDelayAware || kind == ScheduleKind::ZeroBubbleH1) {
     if (static_cast<int>(warmups.size()) != stages) {
-      throw Error("schedule: 1f1b-delay needs one warm-up depth per stage, got " + std::to_string(warmups.size()));
+      throw Error("schedule: " + toString(kind) + " needs one warm-up depth per stage, got " +
+                  std::to_string(warmups.size()));
     }
   } else {
     warmups.clear();
@@ -93,8 +94,9 @@ std::vector<Op> delayedRoundOps(int warmup, int microBatches, bool carryIn, bool
 }
 
 Schedule delayedStream(const Schedule& step, int rounds) {
-  if (step.kind == ScheduleKind::GPipe || static_cast<int>(step.warmups.size()) != step.stages()) {
-    throw Error("delayed update: needs a 1F1B-kind schedule with its warm-up depths");
+  if (step.kind == ScheduleKind::GPipe || step.kind == ScheduleKind::ZeroBubbleH1 ||
+      static_cast<int>(step.warmups.size()) != step.stages()) {
+    throw Error("delayed update: needs a 1F1B-kind schedule (not zb-h1) with its warm-up depths");
   }
   if (rounds < 1) throw Error("delayed update: rounds must be >= 1");
   const int m = step.microBatches;
@@ -117,6 +119,7 @@ std::optional<ScheduleKind> parseScheduleKind(std::string_view name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
   if (name == "1f1b-delay") return ScheduleKind::OneFOneBDelayAware;
+  if (name == "zb-h1") return ScheduleKind::ZeroBubbleH1;
   return std::nullopt;
 }
 
@@ -125,12 +128,14 @@ std::string toString(ScheduleKind kind) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::OneFOneBDelayAware: return "1f1b-delay";
+    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
   }
   return "unknown";
 }
 
 std::string toString(const Op& op) {
-  return (op.kind == OpKind::Forward ? "F" : "B") + std::to_string(op.microBatch) + (op.step < 0 ? "'" : "");
+  const char* kind = op.kind == OpKind::Forward ? "F" : op.kind == OpKind::Backward ? "B" : "W";
+  return kind + std::to_string(op.microBatch) + (op.step < 0 ? "'" : "");
 }
 
 std::string validateSchedule(const Schedule& schedule) {

@@ -8,7 +8,10 @@
 
 namespace skytrain::scheduler {
 
-enum class OpKind { Forward, Backward };
+// Weight: under ZB-H1 a backward's deferred weight-gradient pass. Schedules list only F and
+// B; W passes fill a stage's waits (see ScheduleKind::ZeroBubbleH1) and appear in the
+// simulator's timeline.
+enum class OpKind { Forward, Backward, Weight };
 
 struct Op {
   OpKind kind = OpKind::Forward;
@@ -22,8 +25,13 @@ struct Op {
   }
 };
 
-// GPipe; 1F1B; 1F1B whose warm-up depth grows with the link round trip (see warmups).
-enum class ScheduleKind { GPipe, OneFOneB, OneFOneBDelayAware };
+// GPipe; 1F1B; 1F1B whose warm-up depth grows with the link round trip (see warmups);
+// ZB-H1, the zero-bubble schedule with 1F1B's memory (Qi et al. 2023): 1f1b-delay's F and B
+// order, each B computing only the input gradient (and the small parameters'), its weight
+// gradient left for a W pass. A stage runs pending W passes, oldest first, while the frame
+// its next F or B needs has not arrived, one at once when more than maxPendingWeights are
+// pending, and the rest after its last B.
+enum class ScheduleKind { GPipe, OneFOneB, OneFOneBDelayAware, ZeroBubbleH1 };
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::GPipe;
@@ -33,12 +41,16 @@ struct Schedule {
   std::vector<std::vector<Op>> ops;
 
   int stages() const { return static_cast<int>(ops.size()); }
+  // ZB-H1: the W passes stage s may keep pending (its warm-up depth + 1: as many
+  // micro-batches as 1F1B keeps stashed).
+  int maxPendingWeights(int stage) const { return warmups.empty() ? 1 : warmups[static_cast<size_t>(stage)] + 1; }
 };
 
 // GPipe: all forwards, then all backwards in reverse micro-batch order.
 // 1F1B: stage s warms up with min(p-s-1, m) forwards, then alternates one forward and one
 // backward, then drains the remaining backwards. Throws skytrain::Error on p < 1 or m < 1.
-// For OneFOneBDelayAware pass `warmups` (from delayAwareWarmups); the others ignore it.
+// For OneFOneBDelayAware and ZeroBubbleH1 pass `warmups` (from delayAwareWarmups); the
+// others ignore it.
 Schedule makeSchedule(ScheduleKind kind, int stages, int microBatches, std::vector<int> warmups = {});
 
 // Warm-up depths that keep 1F1B from stalling on long links: stage s keeps enough forwards
@@ -63,7 +75,7 @@ std::vector<Op> delayedRoundOps(int warmup, int microBatches, bool carryIn, bool
 // The first round has nothing carried in, the last carries nothing out.
 Schedule delayedStream(const Schedule& step, int rounds);
 
-// "gpipe", "1f1b" or "1f1b-delay"; nullopt for anything else.
+// "gpipe", "1f1b", "1f1b-delay" or "zb-h1"; nullopt for anything else.
 std::optional<ScheduleKind> parseScheduleKind(std::string_view name);
 std::string toString(ScheduleKind kind);
 std::string toString(const Op& op);

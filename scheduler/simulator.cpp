@@ -1,6 +1,7 @@
 #include "scheduler/simulator.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <string>
 
@@ -49,6 +50,17 @@ SimulationResult simulate(const Schedule& schedule, const PipelineCosts& costs) 
   SimulationResult result;
   result.busySeconds.assign(p, 0);
   result.timeline.assign(p, {});
+  // ZB-H1: each stage's pending W passes, oldest first (ScheduleKind::ZeroBubbleH1).
+  const bool splitBackward = schedule.kind == ScheduleKind::ZeroBubbleH1;
+  std::vector<std::deque<int>> pendingWeights(p);
+  auto runWeight = [&](int s) {
+    const double start = freeAt[s], duration = costs.stages[s].weightSeconds;
+    freeAt[s] = start + duration;
+    result.busySeconds[s] += duration;
+    result.timeline[s].push_back({{OpKind::Weight, pendingWeights[s].front()}, start, freeAt[s]});
+    result.stepSeconds = std::max(result.stepSeconds, freeAt[s]);
+    pendingWeights[s].pop_front();
+  };
   bool progressed = true;
   while (progressed) {
     progressed = false;
@@ -60,13 +72,20 @@ SimulationResult simulate(const Schedule& schedule, const PipelineCosts& costs) 
         double ready = arrival[s][forward ? 0 : 1][i];
         if (!forward) ready = std::max(ready, forwardDone[s][i]);
         if (ready == kUnknown) break;
+        while (!pendingWeights[s].empty() && freeAt[s] < ready) runWeight(s);  // fill the wait
         const double start = std::max(ready, freeAt[s]);
-        const double duration = forward ? costs.stages[s].forwardSeconds : costs.stages[s].backwardSeconds;
+        const double duration = forward          ? costs.stages[s].forwardSeconds
+                                : splitBackward ? costs.stages[s].backwardSeconds - costs.stages[s].weightSeconds
+                                                 : costs.stages[s].backwardSeconds;
         const double end = start + duration;
         freeAt[s] = end;
         result.busySeconds[s] += duration;
         result.timeline[s].push_back({op, start, end});
         result.stepSeconds = std::max(result.stepSeconds, end);
+        if (!forward && splitBackward) {
+          pendingWeights[s].push_back(i);
+          if (static_cast<int>(pendingWeights[s].size()) > schedule.maxPendingWeights(s)) runWeight(s);
+        }
         if (forward) {
           forwardDone[s][i] = end;
           if (s + 1 < p) {
@@ -79,6 +98,9 @@ SimulationResult simulate(const Schedule& schedule, const PipelineCosts& costs) 
         }
         ++next[s];
         progressed = true;
+      }
+      if (next[s] == schedule.ops[s].size()) {
+        while (!pendingWeights[s].empty()) runWeight(s);  // after the last B
       }
     }
   }

@@ -6,6 +6,9 @@
 // a link carries one message at a time for its transfer time x, FIFO in send order, and the
 // message arrives a one-way delay d after its transfer ends (full duplex: forward and
 // backward messages do not queue behind each other). Codec work is inside t_f and t_b.
+// Under ZB-H1 a B takes t_b - t_w and each W pass t_w, run as ScheduleKind::ZeroBubbleH1
+// says: a stage whose next op's input is not there yet runs pending W passes (the last may
+// end after the input arrives, as at run time).
 #pragma once
 
 #include <vector>

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "scheduler/error.h"
+#include "stages/split_backward.h"
 
 namespace skytrain::stages::detail {
 namespace {
@@ -39,12 +40,12 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& me
   const auto b = x.size(0), t = x.size(1), d = x.size(2), dh = d / heads;
   torch::Tensor queries, keys, values;  // [b, h, t, dh]
   if (qkv) {
-    auto parts = qkv->forward(x).view({b, t, 3, heads, dh}).permute({2, 0, 3, 1, 4});
+    auto parts = linear(*qkv, x).view({b, t, 3, heads, dh}).permute({2, 0, 3, 1, 4});
     queries = parts[0], keys = parts[1], values = parts[2];
   } else {
     const auto s = memory.size(1);
-    queries = q->forward(x).view({b, t, heads, dh}).transpose(1, 2);
-    auto parts = kv->forward(memory).view({b, s, 2, heads, dh}).permute({2, 0, 3, 1, 4});
+    queries = linear(*q, x).view({b, t, heads, dh}).transpose(1, 2);
+    auto parts = linear(*kv, memory).view({b, s, 2, heads, dh}).permute({2, 0, 3, 1, 4});
     keys = parts[0], values = parts[1];
   }
   auto scores = torch::matmul(queries, keys.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
@@ -54,7 +55,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& me
   }
   auto attention = torch::dropout(torch::softmax(scores, -1), dropout, is_training());
   auto y = torch::matmul(attention, values).transpose(1, 2).reshape({b, t, d});
-  return torch::dropout(proj->forward(y), dropout, is_training());
+  return torch::dropout(linear(*proj, y), dropout, is_training());
 }
 
 Adapter::Adapter(int64_t width, int64_t bottleneck) {
@@ -62,7 +63,7 @@ Adapter::Adapter(int64_t width, int64_t bottleneck) {
   up = register_module("up", nn::Linear(bottleneck, width));
 }
 
-torch::Tensor Adapter::forward(const torch::Tensor& h) { return h + up->forward(torch::gelu(down->forward(h))); }
+torch::Tensor Adapter::forward(const torch::Tensor& h) { return h + linear(*up, torch::gelu(linear(*down, h))); }
 
 Block::Block(const GptConfig& c) : dropout(c.dropout) {
   ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
@@ -89,7 +90,7 @@ torch::Tensor Block::forward(torch::Tensor x, const torch::Tensor& memory) {
     auto c = cross->forward(lnCross->forward(x), memory);
     x = x + (adapterCross ? adapterCross->forward(c) : c);
   }
-  auto h = torch::dropout(proj->forward(torch::gelu(fc->forward(ln2->forward(x)))), dropout, is_training());
+  auto h = torch::dropout(linear(*proj, torch::gelu(linear(*fc, ln2->forward(x)))), dropout, is_training());
   return x + (adapterMlp ? adapterMlp->forward(h) : h);
 }
 
@@ -118,15 +119,15 @@ torch::Tensor FactoredBlock::forward(torch::Tensor x, const torch::Tensor&) {
     x = x + attn->forward(ln1->forward(x), {});
     residual = x;
     auto h = ln2->forward(x);
-    if (fc) h = torch::gelu(fc->forward(h));
-    x = v->forward(h);
+    if (fc) h = torch::gelu(linear(*fc, h));
+    x = linear(*v, h);
     if (!back) return split.keepResidual ? torch::cat({x, residual}, -1) : x;
   } else if (split.keepResidual) {
     residual = x.narrow(-1, split.rank, dModel);
     x = x.narrow(-1, 0, split.rank);
   }
-  auto h = u->forward(s->forward(x));
-  if (proj) h = proj->forward(torch::gelu(h));
+  auto h = linear(*u, linear(*s, x));
+  if (proj) h = linear(*proj, torch::gelu(h));
   h = torch::dropout(h, dropout, is_training());
   return split.keepResidual ? residual + h : h;
 }
@@ -184,7 +185,7 @@ GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout)
 
 torch::Tensor GptSlice::forward(const torch::Tensor& input, const torch::Tensor& memory) {
   torch::Tensor x = features(input, memory);
-  return head ? head->forward(x) : x;
+  return head ? linear(*head, x) : x;
 }
 
 torch::Tensor GptSlice::features(const torch::Tensor& input, const torch::Tensor& memory) {

@@ -68,7 +68,13 @@ at::Tensor ModuleStage::forward(int microBatch, const at::Tensor& input) {
     entry.input = input.detach().requires_grad_(true);
     x = entry.input;
   }
-  entry.output = hooks_.forward(x);
+  if (split_) {
+    entry.weights = std::make_unique<WeightGradients>();
+    SplitForwardScope scope(*entry.weights);
+    entry.output = hooks_.forward(x);
+  } else {
+    entry.output = hooks_.forward(x);
+  }
   at::Tensor out = entry.output.detach();
   stash_.emplace(microBatch, std::move(entry));
   return out;
@@ -86,7 +92,15 @@ at::Tensor ModuleStage::backward(int microBatch, const at::Tensor& gradOutput) {
   }
   if (!entry.output.requires_grad()) return at::Tensor();  // nothing before it trains
   torch::autograd::backward({entry.output}, {gradOutput.to(entry.output.scalar_type())});
+  if (entry.weights) pendingWeights_.emplace(microBatch, std::move(entry.weights));
   return entry.input.defined() ? entry.input.grad() : at::Tensor();
+}
+
+void ModuleStage::backwardWeights(int microBatch) {
+  auto it = pendingWeights_.find(microBatch);
+  if (it == pendingWeights_.end()) return;  // nothing deferred (no split, or nothing trains)
+  it->second->apply();
+  pendingWeights_.erase(it);
 }
 
 at::Tensor ModuleStage::infer(const at::Tensor& input) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "stages/split_backward.h"
 #include "stages/stage.h"
 
 namespace torch::nn {
@@ -44,7 +45,12 @@ class ModuleStage : public Stage {
   std::vector<at::Tensor> parameters() const override;
   NamedTensors namedParameters() const override { return hooks_.parameters(); }
   NamedTensors stateDict() const override;
-  size_t inFlight() const override { return stash_.size(); }
+  size_t inFlight() const override { return stash_.size() + pendingWeights_.size(); }
+  bool setSplitBackward(bool on) override {
+    split_ = on;
+    return true;
+  }
+  void backwardWeights(int microBatch) override;
   void setTargets(const at::Tensor& targets) override;
   at::Tensor generate(const at::Tensor& input, int maxTokens) override;
   std::vector<std::string> adopt(const std::function<at::Tensor(const std::string&)>& find) override;
@@ -53,9 +59,12 @@ class ModuleStage : public Stage {
   struct Stashed {
     at::Tensor input;   // leaf that collects the input gradient (undefined for ids)
     at::Tensor output;
+    std::unique_ptr<WeightGradients> weights;  // under the split: what backward defers
   };
   ModuleHooks hooks_;
   std::map<int, Stashed> stash_;
+  bool split_ = false;
+  std::map<int, std::unique_ptr<WeightGradients>> pendingWeights_;  // backward done, W not yet
 };
 
 }  // namespace skytrain::stages

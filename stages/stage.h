@@ -34,8 +34,15 @@ class Stage {
   virtual NamedTensors namedParameters() const = 0;
   // Every parameter, then every buffer, by global name.
   virtual NamedTensors stateDict() const = 0;
-  // Number of micro-batches whose forward state is held.
+  // Number of micro-batches whose forward state (or pending weight pass) is held.
   virtual size_t inFlight() const = 0;
+
+  // The zero-bubble split (ZB-H1): while on, backward(i, g) leaves the weight gradients of
+  // linear layers (stages::linear) for backwardWeights(i), which must run before the
+  // optimizer step; the input gradient and every other parameter's are computed at once.
+  // Returns whether this stage can split (false: backward computes everything).
+  virtual bool setSplitBackward(bool on) { return false; }
+  virtual void backwardWeights(int microBatch) {}
 
   // The targets of the micro-batch the next forward() or infer() runs, for a last stage
   // that also reads them as input (a translation decoder, teacher-forced); others ignore them.

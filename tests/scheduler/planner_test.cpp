@@ -165,3 +165,19 @@ TEST_CASE("delayed update: the planner prices overlapping steps and leaves GPipe
   in.schedules = {ScheduleKind::GPipe};
   CHECK_THROWS_AS(makePlan(in), skytrain::Error);
 }
+
+TEST_CASE("ZB-H1: chosen where W passes can fill waits, never without a W pass or under the delayed update") {
+  PlannerInput in = pipeline(2, 32, 0.0, 0.001, 1000, {1e9, 0.02, 0});
+  in.schedules = {ScheduleKind::OneFOneB, ScheduleKind::OneFOneBDelayAware, ScheduleKind::ZeroBubbleH1};
+  in.microBatches = 8;
+  const Plan whole = makePlan(in);  // weightSeconds 0: the stages cannot split
+  CHECK(whole.chosen.schedule != ScheduleKind::ZeroBubbleH1);
+  for (auto& s : in.stages) s.weightSeconds = {0.0, 0.001};  // half of t_b = 2 ms a sample
+  const Plan split = makePlan(in);
+  CHECK(split.chosen.schedule == ScheduleKind::ZeroBubbleH1);
+  CHECK(split.chosen.stepSeconds < whole.chosen.stepSeconds);
+  const PlanRow delayAware = evaluate(in, 8, ScheduleKind::OneFOneBDelayAware);
+  CHECK(split.chosen.stashBytes > delayAware.stashBytes);  // pending W passes hold memory
+  in.delayedUpdate = true;
+  for (const auto& row : makePlan(in).table) CHECK(row.schedule != ScheduleKind::ZeroBubbleH1);
+}

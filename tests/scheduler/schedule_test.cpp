@@ -52,6 +52,8 @@ TEST_CASE("validateSchedule finds deadlocks and missing ops") {
 TEST_CASE("schedule names parse and bad sizes are refused") {
   CHECK(parseScheduleKind("gpipe") == ScheduleKind::GPipe);
   CHECK(parseScheduleKind("1f1b") == ScheduleKind::OneFOneB);
+  CHECK(parseScheduleKind("zb-h1") == ScheduleKind::ZeroBubbleH1);
+  CHECK(toString(ScheduleKind::ZeroBubbleH1) == "zb-h1");
   CHECK_FALSE(parseScheduleKind("pipedream").has_value());
   CHECK_THROWS_AS(makeSchedule(ScheduleKind::GPipe, 0, 4), skytrain::Error);
   CHECK_THROWS_AS(makeSchedule(ScheduleKind::OneFOneB, 2, 0), skytrain::Error);

@@ -123,3 +123,43 @@ TEST_CASE("the delayed update hides the round trip: its steady step approaches t
   const Schedule step = makeSchedule(ScheduleKind::OneFOneBDelayAware, p, m, delayAwareWarmups(slow, m));
   CHECK(delayedStepSeconds(step, slow) == Approx(m * 5.0).epsilon(1e-9));
 }
+
+TEST_CASE("ZB-H1: W passes fill the waits for frames; no wait, no gain; every W once, after its B") {
+  const int p = 2, m = 4;
+  PipelineCosts costs = uniformCosts(p, 1.0, 2.0, 0.1, 2.0);  // a round trip of 4.2 against 3 of compute
+  for (auto& s : costs.stages) s.weightSeconds = 1.0;
+  const auto warmups = delayAwareWarmups(costs, m);
+  const Schedule plain = makeSchedule(ScheduleKind::OneFOneBDelayAware, p, m, warmups);
+  const Schedule zb = makeSchedule(ScheduleKind::ZeroBubbleH1, p, m, warmups);
+  CHECK(validateSchedule(zb).empty());
+  CHECK(zb.ops == plain.ops);  // the same F and B order; W passes are not in the list
+  const auto split = simulate(zb, costs);
+  const double whole = simulate(plain, costs).stepSeconds;
+  CHECK(split.stepSeconds < whole - 0.5);
+  for (int s = 0; s < p; ++s) {
+    CHECK(split.busySeconds[s] == Approx(m * 3.0));  // the same work, B = t_b - t_w plus W = t_w
+    std::vector<int> seen;
+    std::vector<bool> backwardDone(m, false);
+    double last = 0;
+    int pending = 0, mostPending = 0;
+    for (const OpTiming& t : split.timeline[s]) {
+      CHECK(t.start >= last - 1e-12);  // one op at a time
+      last = t.end;
+      if (t.op.kind == OpKind::Backward) backwardDone[t.op.microBatch] = true, mostPending = std::max(mostPending, ++pending);
+      if (t.op.kind == OpKind::Weight) {
+        CHECK(backwardDone[t.op.microBatch]);
+        seen.push_back(t.op.microBatch);
+        --pending;
+      }
+    }
+    CHECK(seen == std::vector<int>{0, 1, 2, 3});  // oldest first, each once
+    CHECK(mostPending <= zb.maxPendingWeights(s) + 1);
+  }
+  // Links with no delay and equal stages leave only the fill and drain: with t_w = 0 the
+  // split is exactly 1F1B.
+  PipelineCosts free = uniformCosts(p, 1.0, 2.0, 0, 0);
+  const auto freeWarmups = delayAwareWarmups(free, m);
+  CHECK(simulate(makeSchedule(ScheduleKind::ZeroBubbleH1, p, m, freeWarmups), free).stepSeconds ==
+        Approx(simulate(makeSchedule(ScheduleKind::OneFOneBDelayAware, p, m, freeWarmups), free).stepSeconds));
+  CHECK_THROWS_WITH(delayedStream(zb, 2), Catch::Contains("not zb-h1"));
+}

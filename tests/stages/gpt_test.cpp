@@ -99,6 +99,35 @@ TEST_CASE("micro-batches may be in flight together and finish in any order") {
   CHECK_THROWS_AS(stage->backward(0, torch::ones({2, 12, 32})), skytrain::InternalError);
 }
 
+TEST_CASE("the zero-bubble split: input gradients at once, weight gradients in the W pass, the same sums") {
+  torch::manual_seed(1);
+  const at::Tensor x0 = torch::randn({2, 12, 32}), x1 = torch::randn({2, 12, 32});
+  const at::Tensor g0 = torch::randn({2, 12, 50}), g1 = torch::randn({2, 12, 50});
+  auto plain = makeGptStage(tiny(), 2, 4, 7);
+  auto split = makeGptStage(tiny(), 2, 4, 7);
+  REQUIRE(split->setSplitBackward(true));
+  plain->forward(0, x0), plain->forward(1, x1);
+  split->forward(0, x0), split->forward(1, x1);
+  const at::Tensor d0 = plain->backward(0, g0), d1 = plain->backward(1, g1);
+  CHECK(torch::equal(split->backward(0, g0), d0));
+  CHECK(torch::equal(split->backward(1, g1), d1));
+  // Before the W pass the linear layers' weights have no gradient; the norms' already do.
+  auto pending = byName(*split);
+  CHECK_FALSE(pending.at("block2.fc.weight").grad().defined());
+  CHECK(pending.at("block2.ln1.weight").grad().defined());
+  CHECK(split->inFlight() == 2);  // two W passes pending
+  split->backwardWeights(0);
+  split->backwardWeights(1);
+  CHECK(split->inFlight() == 0);
+  split->backwardWeights(1);  // nothing left: a no-op
+  const auto expected = byName(*plain);
+  for (const auto& [name, p] : byName(*split)) {
+    INFO(name);
+    REQUIRE(p.grad().defined());
+    CHECK(torch::allclose(p.grad(), expected.at(name).grad(), 1e-6, 1e-7));
+  }
+}
+
 TEST_CASE("bad ranges, configs and inputs are refused") {
   CHECK_THROWS_AS(makeGptStage(tiny(), 2, 2, 0), skytrain::Error);
   CHECK_THROWS_AS(makeGptStage(tiny(), 0, 5, 0), skytrain::Error);
