@@ -88,7 +88,6 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
     if status["state"] != "succeeded":
         sys.exit(f"benchmark job failed: {status['error']}")
     plan = status["plans"][-1]
-    if os.environ.get("BENCH_DEBUG"): print(json.dumps({k: v for k, v in status.items() if k not in ("steps", "plans")})[:3000], file=sys.stderr)
     # A re-plan in the last step leaves nothing after it: then every step but the first counts.
     # The delayed update runs the learning rate's warm-up synchronously: its steady state
     # starts after it.
