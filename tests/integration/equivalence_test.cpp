@@ -9,11 +9,10 @@
 #include <set>
 
 #include "daemon_fixture.h"
+#include "reference_trainer.h"
 #include "daemon/protocol/job_spec.h"
 #include "stages/gpt.h"
 #include "stages/safetensors.h"
-#include "stages/text_data.h"
-#include "stages/weights.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;
@@ -44,100 +43,6 @@ Json specFor(const std::string& schedule, int microBatches, const std::string& s
           {"optimizer", optimizer},
           {"eval", {{"samples", 8}}},
           {"stages", {{{"daemon", stage0}, {"layers", {0, 2}}}, {{"daemon", stage1}, {"layers", {2, 4}}}}}};
-}
-
-struct Trained {
-  std::vector<double> losses;
-  std::map<std::string, at::Tensor> parameters;
-  int clippedSteps = 0;
-};
-
-// Trains the unsplit model on the whole batch, step by step, in this process: PyTorch's own
-// recipe, the learning rate set per step, clip_grad_norm_ over all parameters. `delayed`:
-// PipeDream-2BW's update instead, W(t) = W(t-1) - update(g(t-2)), each gradient clipped by
-// its own norm and applied with its own step's learning rate, the last two at the end; step
-// t's gradient taken at the predicted weights 2 W(t) - W(t-1) while g(t-1) is unapplied; the
-// learning rate's warm-up steps synchronous.
-Trained trainReference(const Json& spec, bool delayed = false) {
-  const protocol::JobSpec parsed = protocol::parseJobSpec(spec.dump());
-  const protocol::OptimizerSpec o = parsed.optimizer;
-  stages::GptConfig c;
-  c.dModel = 32;
-  c.heads = 4;
-  c.layers = 4;
-  c.dFf = 64;
-  c.seqLen = 16;
-  auto model = stages::makeGptStage(c, 0, 4, 11);
-  stages::applyTrainable(*model, parsed.model.trainable);
-  for (const auto& file : parsed.model.initFrom) {
-    std::ifstream in(file, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    stages::initialiseFrom(*model, stages::decodeSafetensors(bytes, file), file);
-  }
-  stages::TextDataOptions options;
-  options.files = {SKYTRAIN_TEST_CORPUS};
-  options.seqLen = 16;
-  options.seed = 11;
-  stages::TextDataSource data(options);
-  torch::optim::AdamW optimizer(model->parameters(),
-                                torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.01));
-  Trained out;
-  std::vector<std::pair<int, std::vector<at::Tensor>>> pending;  // (step, gradients) not yet applied
-  auto apply = [&](int step) {
-    for (auto& group : optimizer.param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(protocol::learningRate(o, step, kSteps));
-    }
-    optimizer.step();
-    optimizer.zero_grad();
-  };
-  std::vector<at::Tensor> prior;  // the weights before the last update (weight prediction)
-  auto applyPending = [&] {
-    prior.clear();
-    for (const auto& [name, tensor] : model->stateDict()) prior.push_back(tensor.detach().clone());
-    auto params = model->parameters();
-    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = pending.front().second[i];
-    apply(pending.front().first);
-    pending.erase(pending.begin());
-  };
-  for (int step = 0; step < kSteps; ++step) {
-    while (delayed && !pending.empty() && pending.front().first + 2 <= step) applyPending();
-    std::vector<at::Tensor> current;
-    if (!prior.empty() && !pending.empty() && pending.back().first + 1 == step) {
-      torch::NoGradGuard noGrad;
-      auto state = model->stateDict();
-      for (size_t i = 0; i < state.size(); ++i) {
-        current.push_back(state[i].second.detach().clone());
-        state[i].second.copy_(current.back() * 2 - prior[i]);
-      }
-    }
-    const auto batch = data.trainBatch(step, 0, 8);
-    const at::Tensor logits = model->forward(0, batch.inputs).requires_grad_(true);
-    const at::Tensor loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), batch.targets.reshape({-1}));
-    loss.backward();
-    model->backward(0, logits.grad());
-    if (o.clipNorm > 0 && torch::nn::utils::clip_grad_norm_(model->parameters(), o.clipNorm) > o.clipNorm) {
-      ++out.clippedSteps;
-    }
-    out.losses.push_back(loss.item<double>());
-    if (!current.empty()) {
-      torch::NoGradGuard noGrad;
-      auto state = model->stateDict();
-      for (size_t i = 0; i < state.size(); ++i) state[i].second.copy_(current[i]);
-    }
-    if (!delayed) {
-      apply(step);
-      continue;
-    }
-    std::vector<at::Tensor> grads;
-    for (auto& p : model->parameters()) grads.push_back(p.grad().clone()), p.mutable_grad() = at::Tensor();
-    pending.emplace_back(step, std::move(grads));
-    if (step < o.warmupSteps) {
-      while (!pending.empty()) applyPending();
-    }
-  }
-  while (!pending.empty()) applyPending();
-  for (const auto& [name, tensor] : model->stateDict()) out.parameters[name] = tensor.detach();
-  return out;
 }
 
 }  // namespace

@@ -1,0 +1,106 @@
+// The one-process reference of the equivalence tests (reference_trainer.h): PyTorch's own
+// training recipe on the unsplit model, with the delayed update's arithmetic as an option.
+#include "reference_trainer.h"
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "daemon/protocol/job_spec.h"
+#include "stages/gpt.h"
+#include "stages/safetensors.h"
+#include "stages/text_data.h"
+#include "stages/weights.h"
+
+namespace skytrain::testing {
+
+Trained trainReference(const nlohmann::json& spec, bool delayed) {
+  const protocol::JobSpec parsed = protocol::parseJobSpec(spec.dump());
+  const protocol::OptimizerSpec o = parsed.optimizer;
+  const protocol::ModelSpec& m = parsed.model;
+  const int steps = parsed.steps;
+  stages::GptConfig c;
+  c.vocabSize = m.vocabSize;
+  c.dModel = m.dModel;
+  c.heads = m.heads;
+  c.layers = m.layers;
+  c.dFf = m.dFf;
+  c.seqLen = m.seqLen;
+  auto model = stages::makeGptStage(c, 0, m.layers, parsed.seed);
+  stages::applyTrainable(*model, parsed.model.trainable);
+  for (const auto& file : parsed.model.initFrom) {
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    stages::initialiseFrom(*model, stages::decodeSafetensors(bytes, file), file);
+  }
+  stages::TextDataOptions options;
+  options.files = parsed.data.files;
+  options.seqLen = m.seqLen;
+  options.seed = parsed.seed;
+  stages::TextDataSource data(options);
+  torch::optim::AdamW optimizer(
+      model->parameters(),
+      torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay));
+  Trained out;
+  std::vector<std::pair<int, std::vector<at::Tensor>>> pending;  // (step, gradients) not yet applied
+  auto apply = [&](int step) {
+    for (auto& group : optimizer.param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(protocol::learningRate(o, step, steps));
+    }
+    optimizer.step();
+    optimizer.zero_grad();
+  };
+  std::vector<at::Tensor> prior;  // the weights before the last update (weight prediction)
+  auto applyPending = [&] {
+    prior.clear();
+    for (const auto& [name, tensor] : model->stateDict()) prior.push_back(tensor.detach().clone());
+    auto params = model->parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = pending.front().second[i];
+    apply(pending.front().first);
+    pending.erase(pending.begin());
+  };
+  for (int step = 0; step < steps; ++step) {
+    while (delayed && !pending.empty() && pending.front().first + 2 <= step) applyPending();
+    std::vector<at::Tensor> current;
+    if (!prior.empty() && !pending.empty() && pending.back().first + 1 == step) {
+      torch::NoGradGuard noGrad;
+      auto state = model->stateDict();
+      for (size_t i = 0; i < state.size(); ++i) {
+        current.push_back(state[i].second.detach().clone());
+        state[i].second.copy_(current.back() * 2 - prior[i]);
+      }
+    }
+    const auto batch = data.trainBatch(step, 0, parsed.batchSize);
+    const at::Tensor logits = model->forward(0, batch.inputs).requires_grad_(true);
+    const at::Tensor loss =
+        torch::nn::functional::cross_entropy(logits.reshape({-1, m.vocabSize}), batch.targets.reshape({-1}));
+    loss.backward();
+    model->backward(0, logits.grad());
+    if (o.clipNorm > 0 && torch::nn::utils::clip_grad_norm_(model->parameters(), o.clipNorm) > o.clipNorm) {
+      ++out.clippedSteps;
+    }
+    out.losses.push_back(loss.item<double>());
+    if (!current.empty()) {
+      torch::NoGradGuard noGrad;
+      auto state = model->stateDict();
+      for (size_t i = 0; i < state.size(); ++i) state[i].second.copy_(current[i]);
+    }
+    if (!delayed) {
+      apply(step);
+      continue;
+    }
+    std::vector<at::Tensor> grads;
+    for (auto& p : model->parameters()) grads.push_back(p.grad().clone()), p.mutable_grad() = at::Tensor();
+    pending.emplace_back(step, std::move(grads));
+    if (step < o.warmupSteps) {
+      while (!pending.empty()) applyPending();
+    }
+  }
+  while (!pending.empty()) applyPending();
+  for (const auto& [name, tensor] : model->stateDict()) out.parameters[name] = tensor.detach();
+  return out;
+}
+
+}  // namespace skytrain::testing
