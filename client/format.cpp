@@ -40,10 +40,16 @@ std::string formatPlan(const nlohmann::json& plan) {
   }
   for (size_t i = 0; i < plan["stages"].size(); ++i) {
     const auto& s = plan["stages"][i];
-    std::snprintf(line, sizeof line, "  stage %zu: t_f(b) = %.2f + %.3f b ms, t_b(b) = %.2f + %.3f b ms\n", i,
+    std::snprintf(line, sizeof line, "  stage %zu: t_f(b) = %.2f + %.3f b ms, t_b(b) = %.2f + %.3f b ms", i,
                   1e3 * s["forward_s"]["a"].get<double>(), 1e3 * s["forward_s"]["k"].get<double>(),
                   1e3 * s["backward_s"]["a"].get<double>(), 1e3 * s["backward_s"]["k"].get<double>());
     out += line;
+    if (s.contains("weight_s")) {  // the W pass's share of t_b under zb-h1
+      std::snprintf(line, sizeof line, ", of which W %.2f + %.3f b ms", 1e3 * s["weight_s"]["a"].get<double>(),
+                    1e3 * s["weight_s"]["k"].get<double>());
+      out += line;
+    }
+    out += "\n";
     if (s.contains("parameters")) {
       std::snprintf(line, sizeof line, "           %lld parameters train, %lld frozen\n",
                     static_cast<long long>(s["parameters"]["trainable"].get<int64_t>()),

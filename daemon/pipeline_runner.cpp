@@ -30,7 +30,10 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   RunPlan initial;
   initial.microBatches = spec.microBatches > 0 ? spec.microBatches : 1;
   const auto kind = scheduler::parseScheduleKind(spec.schedule);
-  if (kind && *kind != scheduler::ScheduleKind::OneFOneBDelayAware) initial.schedule = *kind;
+  // Kinds with warm-up depths from the links wait for the coordinator's plan.
+  if (kind && *kind != scheduler::ScheduleKind::OneFOneBDelayAware && *kind != scheduler::ScheduleKind::ZeroBubbleH1) {
+    initial.schedule = *kind;
+  }
   setPlan(initial);
   source_ = stages::makeModelSource(modelConfig(spec));
   try {
@@ -113,6 +116,7 @@ void PipelineRunner::setPlan(const RunPlan& plan) {
     steady_.backward = registry.make(plan.backwardCodec);
     steadyBackward_ = plan.backwardCodec;
   }
+  if (model_) model_->setSplitBackward(plan.schedule == scheduler::ScheduleKind::ZeroBubbleH1);
   plan_ = plan;
   plan_.forwardCodec = steadyForward_;
   plan_.backwardCodec = steadyBackward_;
@@ -167,6 +171,7 @@ StepStats PipelineRunner::runStep(uint64_t step) {
         backward(step, op.microBatch);
       }
     }
+    while (!pendingWeights_.empty()) runWeightPass();  // ZB-H1: the rest after the last B
   }
   const double lr = protocol::learningRate(spec_.optimizer, static_cast<int64_t>(step), spec_.steps);
   if (!delayed_) {
@@ -257,6 +262,16 @@ void PipelineRunner::backward(uint64_t step, int microBatch) {
   if (!isFirst()) {
     transmit(*previous_, *codecsFor(step).backward, FrameDirection::Backward, step, microBatch, stage_ - 1, gradInput);
   }
+  if (schedule_.kind == scheduler::ScheduleKind::ZeroBubbleH1) {
+    pendingWeights_.push_back(microBatch);
+    if (static_cast<int>(pendingWeights_.size()) > schedule_.maxPendingWeights(stage_)) runWeightPass();
+  }
+}
+
+void PipelineRunner::runWeightPass() {
+  Timed timed(computeSeconds_);
+  model_->backwardWeights(pendingWeights_.front());
+  pendingWeights_.pop_front();
 }
 
 bool PipelineRunner::finishGradients(uint64_t step) {

@@ -200,6 +200,8 @@ class PipelineRunner {
   // negative one.
   at::Tensor receiveNormTotal(uint64_t step);
   void backward(uint64_t step, int microBatch);
+  // ZB-H1: the oldest pending micro-batch's W pass (its linear layers' weight gradients).
+  void runWeightPass();
   // The stage a step's ops run on: model_, or under the delayed update the working copy of
   // the step's parity.
   stages::Stage& active(uint64_t step) { return delayed_ ? *copies_[step % 2] : *model_; }
@@ -276,6 +278,7 @@ class PipelineRunner {
   int lead_ = -1;        // a producer: how far ahead the current step started
   int64_t maskId_ = 0;   // a producer: the [MASK] token, one past the tokenizer's vocabulary
   std::map<int, at::Tensor> lossGradients_;  // last stage: d(loss/m)/d(logits) per micro-batch
+  std::deque<int> pendingWeights_;            // ZB-H1: micro-batches whose W pass is due, oldest first
   bool delayed_ = false;                     // spec "update": "delayed"
   std::unique_ptr<stages::Stage> copies_[2];  // working copies for even and odd steps
   std::deque<PendingGradient> pending_;       // complete gradients not yet applied, oldest first

@@ -31,6 +31,7 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
       scheduler::StageProfile stage;
       stage.forwardSeconds = fit(compute.at("forward_s"));
       stage.backwardSeconds = fit(compute.at("backward_s"));
+      if (compute.contains("weight_s")) stage.weightSeconds = fit(compute.at("weight_s"));
       stage.outputBytes = fit(compute.at("output_bytes"));
       stage.gradientBytes = fit(compute.at("gradient_bytes"));
       stage.stashBytesPerSample = compute.at("stash_bytes_per_sample").get<double>();
@@ -114,13 +115,16 @@ Json toJson(const scheduler::Plan& plan, const scheduler::PlannerInput& input) {
   for (const auto& s : input.stages) {
     out["stages"].push_back({{"forward_s", toJson(s.forwardSeconds)},
                              {"backward_s", toJson(s.backwardSeconds)},
+                             {"weight_s", toJson(s.weightSeconds)},
                              {"output_bytes", toJson(s.outputBytes)},
                              {"gradient_bytes", toJson(s.gradientBytes)},
                              {"allreduce_s", s.allReduceSeconds}});
   }
   out["links"] = Json::array();
   for (const auto& l : input.links) {
-    out["links"].push_back({{"bandwidth_bytes_per_s", l.bandwidthBytesPerSecond}, {"delay_s", l.delaySeconds}});
+    out["links"].push_back({{"bandwidth_bytes_per_s", l.bandwidthBytesPerSecond},
+                            {"delay_s", l.delaySeconds},
+                            {"overhead_s", l.overheadSeconds}});
   }
   out["memory_budget_bytes"] = input.memoryBudgetBytes;
   out["replicas"] = input.replicas;

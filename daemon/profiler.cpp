@@ -100,13 +100,18 @@ Json PipelineRunner::profileCompute() {
     }
   };
   Json forward = Json::array(), backward = Json::array(), outputBytes = Json::array(), gradientBytes = Json::array();
+  Json weight = Json::array();
   constexpr int kProfileMicroBatch = -1;  // never a real micro-batch index
+  // Backwards are timed split (ZB-H1): the input-gradient part, then the W pass; the whole
+  // backward is their sum and weight_s the W pass (0 on a stage that cannot split).
+  const bool split = model_->setSplitBackward(true);
   {  // warm-up: the first pass pays for allocations and lazy initialisation
     const at::Tensor output = model_->forward(kProfileMicroBatch, randomInput(spec_.batchSize, generator));
     model_->backward(kProfileMicroBatch, torch::zeros(output.sizes()));
+    model_->backwardWeights(kProfileMicroBatch);
   }
   for (int64_t b : profileSizes(spec_.batchSize)) {
-    std::vector<double> forwardTimes, backwardTimes;
+    std::vector<double> forwardTimes, backwardTimes, weightTimes;
     size_t outBytes = 0, gradBytes = 0;
     for (int repeat = 0; repeat < kRepeats; ++repeat) {
       const at::Tensor input = randomInput(b, generator);
@@ -141,16 +146,23 @@ Json PipelineRunner::profileCompute() {
         gradBytes = compression::frameBytes(encoded);
         codecSeconds = secondsSince(codecStart);
       }
-      backwardTimes.push_back(secondsSince(start) - (autoBackward ? codecSeconds : 0.0));  // "auto": the option's
+      const double inputSeconds = secondsSince(start) - (autoBackward ? codecSeconds : 0.0);  // "auto": the option's
+      start = Clock::now();
+      model_->backwardWeights(kProfileMicroBatch);
+      weightTimes.push_back(split ? secondsSince(start) : 0.0);
+      backwardTimes.push_back(inputSeconds + weightTimes.back());
       if (autoBackward && repeat + 1 == kRepeats) timeOptions(backwardOptions, gradInput, b, options["backward"]);
     }
     forward.push_back({b, median(forwardTimes)});
     backward.push_back({b, median(backwardTimes)});
+    weight.push_back({b, median(weightTimes)});
     outputBytes.push_back({b, outBytes});
     gradientBytes.push_back({b, gradBytes});
   }
+  model_->setSplitBackward(plan_.schedule == scheduler::ScheduleKind::ZeroBubbleH1);
   optimizer_->zero_grad();  // profiling's gradients must not reach the first step
   Json profile = computeProfile(std::move(forward), std::move(backward), std::move(outputBytes), std::move(gradientBytes));
+  profile["weight_s"] = std::move(weight);
   if (autoForward || autoBackward) profile["codecs"] = std::move(options);
   return profile;
 }

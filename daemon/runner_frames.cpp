@@ -2,6 +2,8 @@
 // to and from the neighbouring stages, checked against what this stage expects.
 #include <torch/torch.h>
 
+#include <utility>
+
 #include "compression/codec_registry.h"
 #include "daemon/pipeline_runner.h"
 #include "daemon/timing.h"
@@ -64,9 +66,12 @@ compression::TensorFrame PipelineRunner::awaitFrame(PeerLink& link, FrameDirecti
     stashedNorms_.erase(it);
     return frame;
   }
+  // ZB-H1: while the frame has not arrived, pending W passes fill the wait.
+  std::optional<compression::TensorFrame> early;
+  while (!pendingWeights_.empty() && !(early = link.recv(std::chrono::milliseconds(0)))) runWeightPass();
   while (true) {
     if (aborted_()) throw Aborted{};
-    auto frame = link.recv(std::chrono::milliseconds(50));
+    auto frame = early ? std::exchange(early, std::nullopt) : link.recv(std::chrono::milliseconds(50));
     if (!frame) {
       if (Clock::now() > deadline) {
         throw PeerError("no " + compression::toString(direction) + " frame of step " + std::to_string(step) +

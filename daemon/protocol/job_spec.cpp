@@ -6,6 +6,7 @@
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/placements.h"
 #include "scheduler/error.h"
+#include "scheduler/schedule.h"
 
 namespace skytrain::protocol {
 namespace {
@@ -320,8 +321,8 @@ JobSpec parseJobSpec(const std::string& text) {
     }
   }
   spec.schedule = r.string("schedule", spec.schedule);
-  if (spec.schedule != "gpipe" && spec.schedule != "1f1b" && spec.schedule != "1f1b-delay" && spec.schedule != "auto") {
-    throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\" (valid: gpipe, 1f1b, 1f1b-delay, auto)");
+  if (spec.schedule != "auto" && !scheduler::parseScheduleKind(spec.schedule)) {
+    throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\" (valid: gpipe, 1f1b, 1f1b-delay, zb-h1, auto)");
   }
   spec.update = r.string("update", spec.update);
   if (spec.update != "sync" && spec.update != "delayed") {
@@ -329,6 +330,9 @@ JobSpec parseJobSpec(const std::string& text) {
   }
   if (spec.update == "delayed" && spec.schedule == "gpipe") {
     throw SpecError("$.update", "the delayed update overlaps steps with 1F1B; schedule gpipe cannot (use 1f1b, 1f1b-delay or auto)");
+  }
+  if (spec.update == "delayed" && spec.schedule == "zb-h1") {
+    throw SpecError("$.update", "the delayed update with schedule zb-h1 is not built (use 1f1b, 1f1b-delay or auto)");
   }
   spec.peerTimeoutS = r.number("peer_timeout_s", spec.peerTimeoutS, 0.1, 86400);
   spec.model = parseModel(ObjectReader(*r.child("model", true), "$.model"));

@@ -154,7 +154,7 @@ struct JobSpec {
   int steps = 100;
   int batchSize = 16;
   int microBatches = 0;            // 0: "auto", the planner picks
-  std::string schedule = "auto";  // "gpipe", "1f1b", "1f1b-delay" or "auto"
+  std::string schedule = "auto";  // "gpipe", "1f1b", "1f1b-delay", "zb-h1" or "auto"
   // "sync": every step's update before the next step (the same update as one process).
   // "delayed": the one-step-delayed update (scheduler/schedule.h), steps overlap; 1F1B only.
   std::string update = "sync";

@@ -101,7 +101,7 @@ TEST_CASE("bad specs are refused with the JSON path and the value") {
   }
   SECTION("an unknown schedule") {
     spec["schedule"] = "zigzag";
-    CHECK_THAT(refusal(spec).second, Catch::Contains("valid: gpipe, 1f1b, 1f1b-delay, auto"));
+    CHECK_THAT(refusal(spec).second, Catch::Contains("valid: gpipe, 1f1b, 1f1b-delay, zb-h1, auto"));
   }
   SECTION("micro-batches that are neither auto nor a count") {
     spec["micro_batches"] = "many";
@@ -203,6 +203,11 @@ TEST_CASE("update: sync by default; delayed needs a 1F1B schedule") {
   CHECK_THAT(refusal(spec).second, Catch::Contains("schedule gpipe cannot"));
   spec["schedule"] = "1f1b";
   CHECK(parseJobSpec(spec.dump()).update == "delayed");
+  spec["schedule"] = "zb-h1";
+  CHECK_THAT(refusal(spec).second, Catch::Contains("zb-h1 is not built"));
+  spec["update"] = "sync";
+  CHECK(parseJobSpec(spec.dump()).schedule == "zb-h1");
+  spec["update"] = "delayed";
   spec["schedule"] = "auto";
   CHECK(parseJobSpec(spec.dump()).update == "delayed");
   spec["update"] = "async";
