@@ -44,7 +44,9 @@ torch::autograd::variable_list deferredBackward(torch::autograd::AutogradContext
                                                 bool hasBias) {
   const auto saved = ctx->get_saved_variables();
   const at::Tensor& x = saved[0];
-  at::Tensor dx = ctx->needs_input_grad(0) ? dy.matmul(saved[1]) : at::Tensor();
+  // One matrix product over all leading dimensions (matmul of a non-contiguous 3-d dy by a
+  // matrix would go batch by batch).
+  at::Tensor dx = ctx->needs_input_grad(0) ? dy.reshape({-1, dy.size(-1)}).mm(saved[1]).view(x.sizes()) : at::Tensor();
   const at::Tensor weight = ctx->saved_data["weight"].toTensor();
   const at::Tensor bias = hasBias ? ctx->saved_data["bias"].toTensor() : at::Tensor();
   torch::autograd::variable_list out{dx, at::Tensor()};
