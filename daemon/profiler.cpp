@@ -102,8 +102,8 @@ Json PipelineRunner::profileCompute() {
   Json forward = Json::array(), backward = Json::array(), outputBytes = Json::array(), gradientBytes = Json::array();
   Json weight = Json::array();
   constexpr int kProfileMicroBatch = -1;  // never a real micro-batch index
-  // Backwards are timed split (ZB-H1): the input-gradient part, then the W pass; the whole
-  // backward is their sum and weight_s the W pass (0 on a stage that cannot split).
+  // Passes alternate: whole backwards (forward_s, backward_s), then split ones (ZB-H1) whose
+  // W pass alone is timed (weight_s; 0 on a stage that cannot split).
   const bool split = model_->setSplitBackward(true);
   {  // warm-up: the first pass pays for allocations and lazy initialisation
     const at::Tensor output = model_->forward(kProfileMicroBatch, randomInput(spec_.batchSize, generator));
@@ -113,7 +113,11 @@ Json PipelineRunner::profileCompute() {
   for (int64_t b : profileSizes(spec_.batchSize)) {
     std::vector<double> forwardTimes, backwardTimes, weightTimes;
     size_t outBytes = 0, gradBytes = 0;
-    for (int repeat = 0; repeat < kRepeats; ++repeat) {
+    for (int pass = 0; pass < 2 * kRepeats; ++pass) {
+      const bool splitPass = pass % 2 == 1;
+      if (splitPass && !split) continue;
+      model_->setSplitBackward(splitPass);
+      const bool last = pass == 2 * kRepeats - 2;  // the last whole pass
       const at::Tensor input = randomInput(b, generator);
       auto start = Clock::now();
       at::Tensor output = model_->forward(kProfileMicroBatch, input);
@@ -132,10 +136,10 @@ Json PipelineRunner::profileCompute() {
         forwardCodec->decode(encoded);  // the receiver's work, counted on this side
         outBytes = compression::frameBytes(encoded);
         forwardSeconds = modelSeconds + (autoForward ? 0.0 : secondsSince(codecStart));  // "auto": the option's
-        if (autoForward && repeat + 1 == kRepeats) timeOptions(forwardOptions, output, b, options["forward"]);
+        if (autoForward && last) timeOptions(forwardOptions, output, b, options["forward"]);
         grad = torch::randn(output.sizes(), generator);
       }
-      forwardTimes.push_back(isLast() ? secondsSince(start) : forwardSeconds);
+      if (!splitPass) forwardTimes.push_back(isLast() ? secondsSince(start) : forwardSeconds);
       start = Clock::now();
       const at::Tensor gradInput = model_->backward(kProfileMicroBatch, grad);
       double codecSeconds = 0;
@@ -146,16 +150,18 @@ Json PipelineRunner::profileCompute() {
         gradBytes = compression::frameBytes(encoded);
         codecSeconds = secondsSince(codecStart);
       }
-      const double inputSeconds = secondsSince(start) - (autoBackward ? codecSeconds : 0.0);  // "auto": the option's
-      start = Clock::now();
-      model_->backwardWeights(kProfileMicroBatch);
-      weightTimes.push_back(split ? secondsSince(start) : 0.0);
-      backwardTimes.push_back(inputSeconds + weightTimes.back());
-      if (autoBackward && repeat + 1 == kRepeats) timeOptions(backwardOptions, gradInput, b, options["backward"]);
+      if (splitPass) {
+        start = Clock::now();
+        model_->backwardWeights(kProfileMicroBatch);
+        weightTimes.push_back(secondsSince(start));
+        continue;
+      }
+      backwardTimes.push_back(secondsSince(start) - (autoBackward ? codecSeconds : 0.0));  // "auto": the option's
+      if (autoBackward && last) timeOptions(backwardOptions, gradInput, b, options["backward"]);
     }
     forward.push_back({b, median(forwardTimes)});
     backward.push_back({b, median(backwardTimes)});
-    weight.push_back({b, median(weightTimes)});
+    weight.push_back({b, weightTimes.empty() ? 0.0 : median(weightTimes)});
     outputBytes.push_back({b, outBytes});
     gradientBytes.push_back({b, gradBytes});
   }
