@@ -8,6 +8,7 @@
 #include <iterator>
 #include <utility>
 
+#include "daemon/model_setup.h"
 #include "daemon/protocol/job_spec.h"
 #include "stages/gpt.h"
 #include "stages/safetensors.h"
@@ -21,14 +22,7 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
   const protocol::OptimizerSpec o = parsed.optimizer;
   const protocol::ModelSpec& m = parsed.model;
   const int steps = parsed.steps;
-  stages::GptConfig c;
-  c.vocabSize = m.vocabSize;
-  c.dModel = m.dModel;
-  c.heads = m.heads;
-  c.layers = m.layers;
-  c.dFf = m.dFf;
-  c.seqLen = m.seqLen;
-  auto model = stages::makeGptStage(c, 0, m.layers, parsed.seed);
+  auto model = stages::makeGptStage(daemon::gptConfig(m), 0, m.layers, parsed.seed);
   stages::applyTrainable(*model, parsed.model.trainable);
   for (const auto& file : parsed.model.initFrom) {
     std::ifstream in(file, std::ios::binary);
