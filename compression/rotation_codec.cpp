@@ -59,18 +59,18 @@ SKYTRAIN_AVX2 void hadamardRegistersUnscaled(__m256* r) {
   const __m256 odd = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
   const __m256 pairs = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
   const __m256 halves = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) {
     __m256 v = r[k];
     v = _mm256_fmadd_ps(v, odd, _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));  // h = 1
     v = _mm256_fmadd_ps(v, pairs, _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));  // h = 2
     r[k] = _mm256_fmadd_ps(v, halves, _mm256_permute2f128_ps(v, v, 0x01));  // h = 4
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int d = 1; d < 8; d *= 2) {  // h = 8, 16, 32
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i += 2 * d) {
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int k = i; k < i + d; ++k) {
         const __m256 a = r[k], c = r[k + d];
         r[k] = _mm256_add_ps(a, c);

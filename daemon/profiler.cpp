@@ -103,8 +103,10 @@ Json PipelineRunner::profileCompute() {
   Json weight = Json::array();
   constexpr int kProfileMicroBatch = -1;  // never a real micro-batch index
   // Passes alternate: whole backwards (forward_s, backward_s), then split ones (ZB-H1) whose
-  // W pass alone is timed (weight_s; 0 on a stage that cannot split).
-  const bool split = model_->setSplitBackward(true);
+  // W pass alone is timed (weight_s). Only where the planner may choose zb-h1; 0 elsewhere and
+  // on a stage that cannot split.
+  const bool mayChooseSplit = (spec_.schedule == "auto" || spec_.schedule == "zb-h1") && !delayed_;
+  const bool split = mayChooseSplit && model_->setSplitBackward(true);
   {  // warm-up: the first pass pays for allocations and lazy initialisation
     const at::Tensor output = model_->forward(kProfileMicroBatch, randomInput(spec_.batchSize, generator));
     model_->backward(kProfileMicroBatch, torch::zeros(output.sizes()));

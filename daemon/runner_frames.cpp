@@ -50,9 +50,9 @@ at::Tensor PipelineRunner::receiveNormTotal(uint64_t step) {
   at::Tensor total = receive(*previous_, FrameDirection::NormDown, step, 0, {});
   // A norm is never negative: a negative one would turn clipping into a sign flip. NaN and
   // Inf go on to the job's on_nonfinite policy like a norm computed here.
-  if (total.item<double>() < 0) {
-    throw WireError("stage " + std::to_string(stage_ - 1) + " sent a negative gradient norm (" +
-                    std::to_string(total.item<double>()) + ") for step " + std::to_string(step));
+  if (const double value = total.item<double>(); value < 0) {
+    throw WireError("stage " + std::to_string(stage_ - 1) + " sent a negative gradient norm (" + std::to_string(value) +
+                    ") for step " + std::to_string(step));
   }
   return total;
 }

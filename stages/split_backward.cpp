@@ -30,7 +30,7 @@ std::pair<at::Tensor, at::Tensor> weightGradients(const at::Tensor& x, const at:
 
 void accumulate(const at::Tensor& parameter, at::Tensor gradient) {
   if (!parameter.defined() || !parameter.requires_grad() || !gradient.defined()) return;
-  at::Tensor& grad = const_cast<at::Tensor&>(parameter).mutable_grad();
+  at::Tensor& grad = parameter.mutable_grad();
   if (grad.defined()) {
     grad.add_(gradient);
   } else {
