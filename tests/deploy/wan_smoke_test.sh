@@ -29,11 +29,13 @@ assert 0.014 <= delay <= 0.040, "delay not what the testbed set"
 assert 10e6 / 8 <= bandwidth <= 80e6 / 8, "bandwidth not what the testbed set"
 PY
   # A job with 256 kB of activations a step: after 8 steps the link drops from 40 to
-  # 10 Mbit/s, the steps take ~4x the prediction, and the coordinator must re-plan.
+  # 10 Mbit/s, the steps take 2-4x the prediction, and the coordinator must re-plan. The
+  # job is long (150 steps of ~0.1 s) so that the re-plan does not race its end on a slow
+  # machine; once the re-plan is seen the link is restored and the job ends quickly.
   python3 - "$SKYTRAIN_WAN_STATE/job.json" "$SKYTRAIN_WAN_STATE/slow.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-s.update({"name": "wan-replan", "steps": 40, "batch_size": 16})
+s.update({"name": "wan-replan", "steps": 150, "batch_size": 16})
 s["model"].update({"d_model": 64, "seq_len": 64})
 json.dump(s, open(sys.argv[2], "w"))
 PY
@@ -44,6 +46,12 @@ PY
     sleep 0.2
   done
   "$TESTBED" shape 0 10
+  for _ in $(seq 300); do
+    "$TESTBED" client status --json "$job" > "$SKYTRAIN_WAN_STATE/status.json"
+    python3 -c "import json,sys; s=json.load(open('$SKYTRAIN_WAN_STATE/status.json')); sys.exit(len(s['plans']) < 2 and s['state'] == 'running')" && break
+    sleep 0.2
+  done
+  "$TESTBED" shape 0 40
   for _ in $(seq 600); do
     "$TESTBED" client status --json "$job" > "$SKYTRAIN_WAN_STATE/status.json"
     grep -qE '"state": "(succeeded|failed|cancelled)"' "$SKYTRAIN_WAN_STATE/status.json" && break
