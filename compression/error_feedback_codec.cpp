@@ -17,11 +17,20 @@ class ErrorFeedbackCodec : public Codec {
 
   std::string spec() const override { return "ef(" + inner_->spec() + ")"; }
 
+  // The sum and the residual live in buffers kept from message to message (a stream's
+  // tensors keep their shape): no fresh allocations of the tensor's size on each encode.
   EncodedTensor encode(const at::Tensor& input) override {
     at::Tensor x = floatInput("ef", input);
-    if (residual_.defined() && residual_.sizes() == x.sizes()) x = x + residual_;
+    const bool continues = residual_.defined() && residual_.sizes() == x.sizes();
+    if (continues) {
+      if (!sum_.defined() || sum_.sizes() != x.sizes()) sum_ = torch::empty_like(x);
+      at::add_out(sum_, x, residual_);
+      x = sum_;
+    } else {
+      residual_ = torch::empty_like(x);
+    }
     EncodedTensor encoded = inner_->encode(x);
-    residual_ = x - inner_->decode(encoded).to(torch::kFloat);
+    at::sub_out(residual_, x, inner_->decode(encoded).to(torch::kFloat));
     encoded.codec = spec();
     encoded.dtype = encodedHeader(spec(), input).dtype;
     return encoded;
@@ -35,7 +44,7 @@ class ErrorFeedbackCodec : public Codec {
 
   CodecState state() const override {
     CodecState out = prefixedState("inner.", inner_->state());
-    if (residual_.defined()) out.emplace_back("residual", residual_);
+    if (residual_.defined()) out.emplace_back("residual", residual_.clone());  // the buffer changes in place
     return out;
   }
 
@@ -55,6 +64,7 @@ class ErrorFeedbackCodec : public Codec {
  private:
   CodecPtr inner_;
   at::Tensor residual_;  // float32, the shape of the last input
+  at::Tensor sum_;       // input + residual, the buffer for it
 };
 
 }  // namespace

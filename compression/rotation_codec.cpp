@@ -1,5 +1,5 @@
 // "rot" (right of '+', like a structural codec): a Hadamard rotation in front of the codec
-// left of it: "int4+rot", "ef(int4+rot)". The flattened tensor is cut into blocks of 64
+// left of it: "int4+rot", "int3+rot", "ef(int4+rot)". The flattened tensor is cut into blocks of 64
 // (the last zero-padded) and each block multiplied by the orthonormal 64x64 Walsh-Hadamard
 // matrix H/8 (a fast transform: 6 butterfly passes); the inner codec encodes the rotated
 // [ceil(n/64)*64] vector, and the receiver rotates back (H/8 is its own inverse). A block's
@@ -8,7 +8,8 @@
 //
 // Error bound: the rotation is exact to float32 rounding and preserves the L2 norm, so a
 // block's error is the inner codec's error on the rotated block: for "int4+rot",
-// |x_i - x'_i| <= ||error of the block||_2 <= 8 * max|y| / 14 <= 8/14 * ||x_block||_2.
+// |x_i - x'_i| <= ||error of the block||_2 <= 8 * max|y| / 14 <= 8/14 * ||x_block||_2;
+// for "int3+rot", 8/6 * ||x_block||_2.
 // NaN/Inf are refused. Size: the inner codec's for ceil(n/64)*64 elements.
 #include <immintrin.h>
 #include <torch/torch.h>
@@ -19,6 +20,8 @@
 #include "compression/codec_util.h"
 #include "compression/codecs.h"
 #include "compression/float_bits.h"
+#include "compression/hadamard.h"
+#include "compression/int3_blocks.h"
 #include "compression/int4_avx2.h"
 #include "compression/int4_blocks.h"
 #include "compression/tensor_bytes.h"
@@ -26,10 +29,6 @@
 
 namespace skytrain::compression {
 namespace {
-
-constexpr int64_t kRotationBlock = 64;
-
-int64_t paddedLength(int64_t n) { return (n + kRotationBlock - 1) / kRotationBlock * kRotationBlock; }
 
 // In-place orthonormal Walsh-Hadamard transform of `blocks` consecutive 64-blocks: six
 // butterfly passes (elements h = 1, 2, ..., 32 apart), then a scale by 1/8.
@@ -49,37 +48,6 @@ void hadamardPortable(float* data, int64_t blocks) {
   }
 }
 
-// The same passes on eight AVX registers: h = 1, 2, 4 inside each register, h = 8, 16, 32
-// between registers. Inside a register the partner t comes from a permute, and one FMA
-// gives t + v on the lower element of a pair and t - v on the upper (v times +-1 is exact,
-// so each is the sum the portable loop rounds): the results are bit-identical. Unscaled:
-// the callers fold the 1/8 into a multiply they make anyway where they can. A power of two,
-// it changes no rounding unless a value is subnormal (below 1.2e-38).
-SKYTRAIN_AVX2 void hadamardRegistersUnscaled(__m256* r) {
-  const __m256 odd = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
-  const __m256 pairs = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
-  const __m256 halves = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    __m256 v = r[k];
-    v = _mm256_fmadd_ps(v, odd, _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));  // h = 1
-    v = _mm256_fmadd_ps(v, pairs, _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));  // h = 2
-    r[k] = _mm256_fmadd_ps(v, halves, _mm256_permute2f128_ps(v, v, 0x01));  // h = 4
-  }
-#pragma GCC unroll 8
-  for (int d = 1; d < 8; d *= 2) {  // h = 8, 16, 32
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i += 2 * d) {
-#pragma GCC unroll 8
-      for (int k = i; k < i + d; ++k) {
-        const __m256 a = r[k], c = r[k + d];
-        r[k] = _mm256_add_ps(a, c);
-        r[k + d] = _mm256_sub_ps(a, c);
-      }
-    }
-  }
-}
-
 __attribute__((target("avx2,fma"))) void hadamardAvx2(float* data, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b) {
     float* x = data + b * kRotationBlock;
@@ -90,9 +58,13 @@ __attribute__((target("avx2,fma"))) void hadamardAvx2(float* data, int64_t block
   }
 }
 
+}  // namespace
+
 void hadamard(float* data, int64_t blocks) {
   haveAvx2Fma() ? hadamardAvx2(data, blocks) : hadamardPortable(data, blocks);
 }
+
+namespace {
 
 // "int4+rot" over whole 64-blocks, four at a time (blocks: a multiple of kRotationGroup):
 // rotate in registers, quantise straight into the payload. The eight 32-halves' scales
@@ -161,7 +133,8 @@ __attribute__((target("avx2,fma"))) void decodeRotatedInt4Avx2(const char* scale
 
 class RotationCodec : public Codec {
  public:
-  explicit RotationCodec(CodecPtr inner) : inner_(std::move(inner)), fusedInt4_(inner_->spec() == "int4") {}
+  explicit RotationCodec(CodecPtr inner)
+      : inner_(std::move(inner)), fusedInt4_(inner_->spec() == "int4"), fusedInt3_(inner_->spec() == "int3") {}
 
   std::string spec() const override { return chainSpec(*inner_, "rot"); }
 
@@ -171,6 +144,11 @@ class RotationCodec : public Codec {
     EncodedTensor out = encodedHeader(spec(), input);
     if (fusedInt4_) {
       out.payload = encodeFusedInt4(x);
+      return out;
+    }
+    if (fusedInt3_) {
+      out.payload.assign(int3Size(n), '\0');
+      if (!encodeInt3(x.data_ptr<float>(), n, true, out.payload.data())) throwNonFinite(x);
       return out;
     }
     requireFinite("rot", x);
@@ -188,6 +166,10 @@ class RotationCodec : public Codec {
     at::Tensor restored;
     if (fusedInt4_) {
       restored = decodeFusedInt4(encoded.payload, n);
+    } else if (fusedInt3_) {
+      requirePayloadSize("rot", encoded, int3Size(n));
+      restored = torch::empty({n}, torch::kFloat);
+      decodeInt3(encoded.payload.data(), n, true, restored.data_ptr<float>());
     } else {
       restored = decodePart(*inner_, encoded.payload, {padded}).to(torch::kFloat).contiguous();
       hadamard(restored.data_ptr<float>(), padded / kRotationBlock);
@@ -275,6 +257,7 @@ class RotationCodec : public Codec {
 
   CodecPtr inner_;
   bool fusedInt4_;
+  bool fusedInt3_;  // "int3+rot": compression/int3_codec.cpp rotates in its kernels
 };
 
 }  // namespace

@@ -69,6 +69,8 @@ const std::map<std::string, CodecCase>& cases() {
                 [](const Shape& s) { return static_cast<size_t>(rows(s) * 4 + numel(s)); }, false}},
       {"int4", {"int4", [](const at::Tensor& x) { return blockAbsMax(x, 32) / 14 * (1 + 1e-5) + 1e-12; },
                 [](const Shape& s) { return static_cast<size_t>((numel(s) + 31) / 32 * 4 + (numel(s) + 1) / 2); }, false}},
+      {"int3", {"int3", [](const at::Tensor& x) { return blockAbsMax(x, 64) / 6 * (1 + 1e-5) + 1e-12; },
+                [](const Shape& s) { return static_cast<size_t>((numel(s) + 63) / 64 * 28); }, false}},
       // Full rank: the input comes back to float32 rounding.
       {"svd", {"svd:1.0", [](const at::Tensor& x) {
                  return x.numel() == 0 ? x.clone() : torch::full_like(x, 1e-4 * x.abs().max().item<double>() + 1e-12);

@@ -1,7 +1,10 @@
-// The rotation codec (compression/rotation_codec.cpp): "rot" in front of any codec, and the
-// fused int4+rot against int4 of the rotated vector. Its Codec contract is codec_contract_test's.
+// The rotation codec (compression/rotation_codec.cpp): "rot" in front of any codec, the
+// fused int4+rot and int3+rot against their codec on the rotated vector, and int3's format.
+// Their Codec contract is codec_contract_test's.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
+
+#include <cstring>
 
 #include "compression/codec_registry.h"
 #include "compression/tensor_bytes.h"
@@ -50,5 +53,50 @@ TEST_CASE("fused int4+rot: int4 bytes of the rotated vector, the unfused decode"
     const at::Tensor unrotated = builtinCodecs().make("rot")->decode(
         EncodedTensor{"rot", WireDType::Float32, {padded}, tensorBytes(int4->decode(reference))});
     CHECK(torch::equal(builtinCodecs().make("int4+rot")->decode(fused), unrotated.narrow(0, 0, n)));
+  }
+}
+
+TEST_CASE("fused int3+rot: int3 bytes of the rotated vector, the unfused decode") {
+  // 1280: whole blocks only; 1489: whole blocks and a partial one; 31: one partial block.
+  for (const int64_t n : {int64_t{1280}, int64_t{1489}, int64_t{31}}) {
+    torch::manual_seed(n);
+    const at::Tensor x = torch::randn({n}) * torch::exp(torch::randn({n}));
+    const EncodedTensor fused = builtinCodecs().make("int3+rot")->encode(x);
+    const int64_t padded = (n + 63) / 64 * 64;
+    const at::Tensor rotated =
+        tensorFromBytes(builtinCodecs().make("rot")->encode(x).payload, WireDType::Float32, {padded});
+    auto int3 = builtinCodecs().make("int3");
+    const EncodedTensor reference = int3->encode(rotated);
+    INFO("n = " << n);
+    CHECK(fused.payload == reference.payload);
+    CHECK(fused.payload.size() == static_cast<size_t>(padded / 64 * 28));
+    const at::Tensor unrotated = builtinCodecs().make("rot")->decode(
+        EncodedTensor{"rot", WireDType::Float32, {padded}, tensorBytes(int3->decode(reference))});
+    CHECK(torch::equal(builtinCodecs().make("int3+rot")->decode(fused), unrotated.narrow(0, 0, n)));
+  }
+}
+
+TEST_CASE("int3 bytes are the stated format: scales, then three bit planes a block") {
+  const int64_t n = 1489;  // 23 whole 64-blocks (the vector path) and a partial one
+  torch::manual_seed(5);
+  const at::Tensor x = torch::randn({n}) * torch::exp(torch::randn({n}));
+  const std::string payload = builtinCodecs().make("int3")->encode(x).payload;
+  const int64_t blocks = (n + 63) / 64;
+  REQUIRE(payload.size() == static_cast<size_t>(blocks * 28));
+  const at::Tensor padded = torch::cat({x, torch::zeros({blocks * 64 - n})}).view({blocks, 64});
+  const at::Tensor absmax = padded.abs().amax(1, true);
+  const at::Tensor levels = (padded * (3.0 / absmax).to(torch::kFloat)).round().to(torch::kLong) + 3;
+  for (int64_t b = 0; b < blocks; ++b) {
+    float scale;
+    std::memcpy(&scale, payload.data() + 4 * b, 4);
+    CHECK(scale == absmax[b][0].item<float>() / 3.f);
+    for (int p = 0; p < 3; ++p) {
+      uint64_t plane;
+      std::memcpy(&plane, payload.data() + 4 * blocks + 24 * b + 8 * p, 8);
+      uint64_t expected = 0;
+      for (int i = 0; i < 64; ++i) expected |= static_cast<uint64_t>((levels[b][i].item<int64_t>() >> p) & 1) << i;
+      INFO("block " << b << " plane " << p);
+      CHECK(plane == expected);
+    }
   }
 }

@@ -27,7 +27,8 @@ inline const std::vector<std::string> kCodecSpecs = {
     "none",         "fp16",          "bf16",        "int8",           "int4",
     "topk:0.05",    "topk:1",        "svd:rank=4",  "svd:0.5",        "fp16+svd:0.5",
     "int8+topk:0.1", "bf16+topk:0.3", "int4+svd:rank=2", "ef(int8)", "ef(fp16+svd:0.5)",
-    "ef(int4+topk:0.2)", "tokens", "tokens+zstd", "zstd", "int8+zstd", "int4+rot", "ef(int4+rot)"};
+    "ef(int4+topk:0.2)", "tokens", "tokens+zstd", "zstd", "int8+zstd", "int4+rot", "ef(int4+rot)",
+    "int3", "int3+rot"};
 
 constexpr size_t kMaxFuzzDims = 3;
 constexpr int64_t kMaxFuzzDim = 64;
