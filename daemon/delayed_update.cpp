@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "compression/codec_registry.h"
+#include "daemon/gradient_checks.h"
 #include "daemon/pipeline_runner.h"
 #include "daemon/replica_group.h"
 #include "daemon/timing.h"
@@ -110,22 +111,17 @@ void PipelineRunner::completeGradient(uint64_t step) {
   const auto& o = spec_.optimizer;
   if (o.clipNorm <= 0 && o.onNonfinite == "fail") {  // nothing global: each stage checks its own
     Timed timed(computeSeconds_);
-    for (const auto& [name, grad] : named) {
-      if (!torch::isfinite(grad).all().item<bool>()) {
-        throw Error(std::string(kNonFinite) + "the gradient of " + name + " at step " + std::to_string(step) +
-                    " (stage " + std::to_string(stage_) + ") is not finite");
-      }
+    if (const std::string bad = nonFiniteGradient(named, step, stage_); !bad.empty()) {
+      throw Error(std::string(kNonFinite) + bad + " is not finite");
     }
     pending.needsTotal = false;
     pending_.push_back(std::move(pending));
     return;
   }
-  at::Tensor all = torch::empty({0});
+  at::Tensor all;
   {
     Timed timed(computeSeconds_);
-    std::vector<at::Tensor> norms;
-    for (const auto& g : grads) norms.push_back(g.norm(2.0));
-    if (!norms.empty()) all = torch::stack(norms).to(at::kCPU);
+    all = gradientNorms(named);
   }
   compression::Codec& plain = decoderFor("none");
   if (!isLast()) {
@@ -160,19 +156,12 @@ bool PipelineRunner::applyGradient(PendingGradient pending) {
   const auto& o = spec_.optimizer;
   if (pending.needsTotal) {
     if (!std::isfinite(pending.total.item<double>())) {
-      std::string what = "the global gradient norm at step " + std::to_string(pending.step);
-      for (const auto& [name, grad] : named) {
-        if (!torch::isfinite(grad).all().item<bool>()) {
-          what = "the gradient of " + name + " at step " + std::to_string(pending.step) + " (stage " +
-                 std::to_string(stage_) + ")";
-          break;
-        }
-      }
+      std::string what = nonFiniteGradient(named, pending.step, stage_);
+      if (what.empty()) what = "the global gradient norm at step " + std::to_string(pending.step);
       if (o.onNonfinite == "fail") throw Error(std::string(kNonFinite) + what + " is not finite");
       update = false;  // "skip": every stage sees the same total
     } else if (o.clipNorm > 0) {
-      const at::Tensor coefficient = torch::clamp(o.clipNorm / (pending.total + 1e-6), c10::nullopt, 1.0);
-      for (auto& [name, grad] : named) grad.mul_(coefficient.to(grad.device()));
+      clipGradients(named, o.clipNorm, pending.total);
     }
   }
   std::map<std::string, at::Tensor> byName(named.begin(), named.end());

@@ -6,6 +6,7 @@
 
 #include "compression/codec_registry.h"
 #include "daemon/files.h"
+#include "daemon/gradient_checks.h"
 #include "daemon/replica_group.h"
 #include "daemon/timing.h"
 #include "scheduler/error.h"
@@ -276,50 +277,40 @@ void PipelineRunner::runWeightPass() {
 
 bool PipelineRunner::finishGradients(uint64_t step) {
   const auto& o = spec_.optimizer;
-  std::vector<at::Tensor> grads;
-  std::vector<std::string> names;
+  NamedGradients named;
   for (const auto& [name, parameter] : model_->stateDict()) {
-    if (parameter.grad().defined()) grads.push_back(parameter.grad()), names.push_back(name);
+    if (parameter.grad().defined()) named.emplace_back(name, parameter.grad());
   }
   if (replicas_) {  // every copy now holds the whole batch's gradient
     Timed timed(allReduceSeconds_);
+    std::vector<at::Tensor> grads;
+    for (const auto& entry : named) grads.push_back(entry.second);
     replicas_->average(grads);
   }
-  auto culprit = [&]() -> std::string {
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (!torch::isfinite(grads[i]).all().item<bool>()) {
-        return "the gradient of " + names[i] + " at step " + std::to_string(step) + " (stage " + std::to_string(stage_) + ")";
-      }
-    }
-    return "";
-  };
   if (o.clipNorm <= 0 && o.onNonfinite == "fail") {
     Timed timed(computeSeconds_);
-    if (const std::string bad = culprit(); !bad.empty()) throw Error(std::string(kNonFinite) + bad + " is not finite");
+    if (const std::string bad = nonFiniteGradient(named, step, stage_); !bad.empty()) {
+      throw Error(std::string(kNonFinite) + bad + " is not finite");
+    }
     return true;
   }
-  at::Tensor mine = torch::empty({0});
+  at::Tensor mine;
   {
     Timed timed(computeSeconds_);
-    std::vector<at::Tensor> norms;
-    for (const auto& g : grads) norms.push_back(g.data().norm(2.0));
-    if (!norms.empty()) mine = torch::stack(norms).to(at::kCPU);
+    mine = gradientNorms(named);
   }
   // A fan-in's stages train separate models: each clips by its own norm.
   const at::Tensor total = fanIn_ ? (mine.numel() ? mine.norm(2.0) : torch::zeros({})) : exchangeNorms(step, mine);
   Timed timed(computeSeconds_);
   if (!std::isfinite(total.item<double>())) {
-    const std::string bad = culprit();
+    const std::string bad = nonFiniteGradient(named, step, stage_);
     const std::string what = bad.empty() ? "the global gradient norm at step " + std::to_string(step) +
                                                " (a non-finite gradient in another stage)"
                                          : bad;
     if (o.onNonfinite == "fail") throw Error(std::string(kNonFinite) + what + " is not finite");
     return false;  // "skip": every stage sees the same total, so every stage skips
   }
-  if (o.clipNorm > 0) {
-    const at::Tensor coefficient = torch::clamp(o.clipNorm / (total + 1e-6), c10::nullopt, 1.0);
-    for (auto& g : grads) g.data().mul_(coefficient);
-  }
+  if (o.clipNorm > 0) clipGradients(named, o.clipNorm, total);
   return true;
 }
 

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -89,6 +90,9 @@ class ControlStore : public c10d::Store {
 struct ReplicaGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   std::string backend;
+  // One flat bucket a dtype and device, kept from step to step (a stage's gradients keep
+  // their sizes): the all-reduce allocates nothing after the first step.
+  std::map<std::pair<c10::ScalarType, std::string>, at::Tensor> buckets;
 };
 
 ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o)
@@ -133,8 +137,12 @@ void ReplicaGroup::average(const std::vector<at::Tensor>& tensors) {
   for (auto& entry : byType) {
     std::vector<at::Tensor>& group = entry.second;
     std::vector<at::Tensor> parts;
-    for (const auto& t : group) parts.push_back(t.reshape({-1}));
-    std::vector<at::Tensor> flat{torch::cat(parts)};
+    int64_t total = 0;
+    for (const auto& t : group) parts.push_back(t.reshape({-1})), total += t.numel();
+    at::Tensor& bucket = impl_->buckets[{entry.first, group[0].device().str()}];
+    if (!bucket.defined() || bucket.numel() != total) bucket = torch::empty({total}, group[0].options());
+    at::cat_out(bucket, parts, 0);
+    std::vector<at::Tensor> flat{bucket};
     try {
       impl_->group->allreduce(flat)->wait();
     } catch (const std::exception& e) {
