@@ -162,8 +162,8 @@ Plan planWithCodecs(const PlannerInput& input) {
 Plan planFixedCodecs(const PlannerInput& input) {
   if (input.schedules.empty()) throw Error("planner: no candidate schedule");
   Plan plan;
-  bool found = false;
   double smallestStash = std::numeric_limits<double>::infinity();
+  double fastest = std::numeric_limits<double>::infinity();
   for (int m = 1; m <= input.batchSize; ++m) {
     if (input.batchSize % m != 0 || (input.microBatches && m != *input.microBatches)) continue;
     for (ScheduleKind kind : input.schedules) {
@@ -171,15 +171,20 @@ Plan planFixedCodecs(const PlannerInput& input) {
       if (input.delayedUpdate && (kind == ScheduleKind::GPipe || kind == ScheduleKind::ZeroBubbleH1)) continue;
       PlanRow row = evaluate(input, m, kind);
       smallestStash = std::min(smallestStash, row.stashBytes);
+      if (row.fits) fastest = std::min(fastest, row.stepSeconds);
       plan.table.push_back(row);
-      // Ties (within 0.5%) go to the smaller activation stash: same speed, less memory.
-      const bool faster = found && row.stepSeconds < plan.chosen.stepSeconds * (1 - kTie);
-      const bool tiedButLighter = found && row.stepSeconds <= plan.chosen.stepSeconds * (1 + kTie) &&
-                                  row.stashBytes < plan.chosen.stashBytes;
-      if (row.fits && (!found || faster || tiedButLighter)) {
-        plan.chosen = row;
-        found = true;
-      }
+    }
+  }
+  // Ties (within 0.5% of the fastest row, not of each other: no drift along a chain of
+  // near-ties) go to the smaller activation stash: same speed, less memory.
+  bool found = false;
+  for (const PlanRow& row : plan.table) {
+    if (!row.fits || row.stepSeconds > fastest * (1 + kTie)) continue;
+    const bool lighter = row.stashBytes < plan.chosen.stashBytes ||
+                         (row.stashBytes == plan.chosen.stashBytes && row.stepSeconds < plan.chosen.stepSeconds);
+    if (!found || lighter) {
+      plan.chosen = row;
+      found = true;
     }
   }
   if (!found && plan.table.empty()) throw Error("planner: no candidate schedule for the delayed update (it needs 1F1B)");
