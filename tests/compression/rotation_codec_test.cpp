@@ -36,43 +36,25 @@ TEST_CASE("rot in front of any codec: exact through none, close through int8, an
   CHECK_THROWS_WITH(builtinCodecs().make("rot:3"), Catch::Contains("no argument"));
 }
 
-TEST_CASE("fused int4+rot: int4 bytes of the rotated vector, the unfused decode") {
-  // 1280: whole groups of four 64-blocks only (the vector path); 1489: groups, three more
-  // whole blocks and a partial one (the memory path after the vector one); 31: one partial.
-  for (const int64_t n : {int64_t{1280}, int64_t{1489}, int64_t{31}}) {
-    torch::manual_seed(n);
-    const at::Tensor x = torch::randn({n}) * torch::exp(torch::randn({n}));  // uneven scales
-    const EncodedTensor fused = builtinCodecs().make("int4+rot")->encode(x);
-    const int64_t padded = (n + 63) / 64 * 64;
-    const at::Tensor rotated =
-        tensorFromBytes(builtinCodecs().make("rot")->encode(x).payload, WireDType::Float32, {padded});
-    auto int4 = builtinCodecs().make("int4");
-    const EncodedTensor reference = int4->encode(rotated);
-    INFO("n = " << n);
-    CHECK(fused.payload == reference.payload);
-    const at::Tensor unrotated = builtinCodecs().make("rot")->decode(
-        EncodedTensor{"rot", WireDType::Float32, {padded}, tensorBytes(int4->decode(reference))});
-    CHECK(torch::equal(builtinCodecs().make("int4+rot")->decode(fused), unrotated.narrow(0, 0, n)));
-  }
-}
-
-TEST_CASE("fused int3+rot: int3 bytes of the rotated vector, the unfused decode") {
-  // 1280: whole blocks only; 1489: whole blocks and a partial one; 31: one partial block.
-  for (const int64_t n : {int64_t{1280}, int64_t{1489}, int64_t{31}}) {
-    torch::manual_seed(n);
-    const at::Tensor x = torch::randn({n}) * torch::exp(torch::randn({n}));
-    const EncodedTensor fused = builtinCodecs().make("int3+rot")->encode(x);
-    const int64_t padded = (n + 63) / 64 * 64;
-    const at::Tensor rotated =
-        tensorFromBytes(builtinCodecs().make("rot")->encode(x).payload, WireDType::Float32, {padded});
-    auto int3 = builtinCodecs().make("int3");
-    const EncodedTensor reference = int3->encode(rotated);
-    INFO("n = " << n);
-    CHECK(fused.payload == reference.payload);
-    CHECK(fused.payload.size() == static_cast<size_t>(padded / 64 * 28));
-    const at::Tensor unrotated = builtinCodecs().make("rot")->decode(
-        EncodedTensor{"rot", WireDType::Float32, {padded}, tensorBytes(int3->decode(reference))});
-    CHECK(torch::equal(builtinCodecs().make("int3+rot")->decode(fused), unrotated.narrow(0, 0, n)));
+TEST_CASE("fused int4+rot and int3+rot: the codec's bytes of the rotated vector, the unfused decode") {
+  // 1280: whole 64-blocks only (int4: whole groups of four, the vector path); 1489: whole
+  // blocks and a partial one (the memory path after the vector one); 31: one partial block.
+  for (const std::string codec : {"int4", "int3"}) {
+    for (const int64_t n : {int64_t{1280}, int64_t{1489}, int64_t{31}}) {
+      torch::manual_seed(n);
+      const at::Tensor x = torch::randn({n}) * torch::exp(torch::randn({n}));  // uneven scales
+      const EncodedTensor fused = builtinCodecs().make(codec + "+rot")->encode(x);
+      const int64_t padded = (n + 63) / 64 * 64;
+      const at::Tensor rotated =
+          tensorFromBytes(builtinCodecs().make("rot")->encode(x).payload, WireDType::Float32, {padded});
+      auto inner = builtinCodecs().make(codec);
+      const EncodedTensor reference = inner->encode(rotated);
+      INFO(codec << ", n = " << n);
+      CHECK(fused.payload == reference.payload);
+      const at::Tensor unrotated = builtinCodecs().make("rot")->decode(
+          EncodedTensor{"rot", WireDType::Float32, {padded}, tensorBytes(inner->decode(reference))});
+      CHECK(torch::equal(builtinCodecs().make(codec + "+rot")->decode(fused), unrotated.narrow(0, 0, n)));
+    }
   }
 }
 

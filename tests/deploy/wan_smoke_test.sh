@@ -8,6 +8,16 @@ testbed=$1 corpus=$2
 [ "$(id -u)" -eq 0 ] || { echo "wan_smoke_test: needs root; skipped"; exit 77; }
 export SKYTRAIN_WAN_STATE=$(mktemp -d)
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# Polls job $job's status (into status.json) every 0.2 s, at most TRIES times, until the
+# Python condition COND on `s`, the status, holds.
+await_status() {
+  local tries=$1 cond=$2
+  for _ in $(seq "$tries"); do
+    "$TESTBED" client status --json "$job" > "$SKYTRAIN_WAN_STATE/status.json"
+    python3 -c "import json, sys; s = json.load(open('$SKYTRAIN_WAN_STATE/status.json')); sys.exit(0 if $cond else 1)" && return 0
+    sleep 0.2
+  done
+}
 check() {
   cat > "$SKYTRAIN_WAN_STATE/job.json" <<JSON
 {"name": "wan-smoke", "seed": 1, "steps": 4, "batch_size": 8, "micro_batches": "auto",
@@ -40,23 +50,11 @@ s["model"].update({"d_model": 64, "seq_len": 64})
 json.dump(s, open(sys.argv[2], "w"))
 PY
   job=$("$TESTBED" client submit --detach "$SKYTRAIN_WAN_STATE/slow.json" | awk '{print $3}')
-  for _ in $(seq 300); do
-    "$TESTBED" client status --json "$job" > "$SKYTRAIN_WAN_STATE/status.json"
-    python3 -c "import json,sys; sys.exit(json.load(open('$SKYTRAIN_WAN_STATE/status.json'))['steps_done'] < 8)" && break
-    sleep 0.2
-  done
+  await_status 300 "s['steps_done'] >= 8" || true
   "$TESTBED" shape 0 10
-  for _ in $(seq 300); do
-    "$TESTBED" client status --json "$job" > "$SKYTRAIN_WAN_STATE/status.json"
-    python3 -c "import json,sys; s=json.load(open('$SKYTRAIN_WAN_STATE/status.json')); sys.exit(len(s['plans']) < 2 and s['state'] == 'running')" && break
-    sleep 0.2
-  done
+  await_status 300 "len(s['plans']) >= 2 or s['state'] != 'running'" || true
   "$TESTBED" shape 0 40
-  for _ in $(seq 600); do
-    "$TESTBED" client status --json "$job" > "$SKYTRAIN_WAN_STATE/status.json"
-    grep -qE '"state": "(succeeded|failed|cancelled)"' "$SKYTRAIN_WAN_STATE/status.json" && break
-    sleep 0.2
-  done
+  await_status 600 "s['state'] in ('succeeded', 'failed', 'cancelled')" || true
   "$TESTBED" client status "$job"
   python3 - "$SKYTRAIN_WAN_STATE/status.json" <<'PY'
 import json, sys
@@ -71,7 +69,7 @@ assert plans[1]["from_step"] > 8
 assert after < before / 2, "the new profile did not see the slower link"
 PY
 }
-export -f check fail
+export -f check fail await_status
 export corpus
 bash "$testbed" run 40:15 -- bash -c check
 if ip netns list | grep -q '^skyt'; then fail "namespaces left behind"; fi
