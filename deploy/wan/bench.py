@@ -100,6 +100,9 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
                                     if plan.get("forward_codecs") else ""), "replans": len(status["plans"]) - 1,
         "validation": status["summary"].get("validation_loss"),
         "bytes": status["summary"]["bytes_sent_per_step"], "plan": plan, "relay_cpu_s": relay_per_step,
+        # Each stage's mean compute seconds a step (forward, backward, update) in the steady state.
+        "compute_s": [sum(s["compute_s"][k] for s in steady) / len(steady) for k in range(len(steady[0]["compute_s"]))]
+        if steady and "compute_s" in steady[0] else [],
     }
 
 
