@@ -63,11 +63,7 @@ void decodeBlockPortable(const char* scale, const uint8_t* planes, float* out) {
 }
 
 // 32 int32 levels in q[0..3] -> 32 bytes c = q + 3, in element order.
-SKYTRAIN_AVX2 __m256i levelBytes(const __m256i* q) {
-  const __m256i grouped = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-  return _mm256_add_epi8(_mm256_permutevar8x32_epi32(grouped, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
-                         _mm256_set1_epi8(kLevels));
-}
+SKYTRAIN_AVX2 __m256i levelBytes(const __m256i* q) { return _mm256_add_epi8(orderedBytes(q), _mm256_set1_epi8(kLevels)); }
 
 // Bit p of each of the 32 bytes (values below 8): a 16-bit shift brings bit p of both
 // bytes of a pair to their top bits, which the movemask collects.
@@ -77,11 +73,7 @@ SKYTRAIN_AVX2 uint64_t planeBits(__m256i bytes, int p) {
 
 // The 64 floats in r[0..7] (unscaled rotation: `fold` is 1/8; else 1), quantised.
 SKYTRAIN_AVX2 uint32_t quantiseInt3Registers(const __m256* r, float fold, char* scale, uint8_t* planes) {
-  const __m256i lanes = _mm256_max_epu32(absMaxLanesRegisters(r), absMaxLanesRegisters(r + 4));
-  __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
-  m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
-  m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(2, 3, 0, 1)));
-  const auto bits = static_cast<uint32_t>(_mm_cvtsi128_si32(m4));
+  const uint32_t bits = maxOfLanes(_mm256_max_epu32(absMaxLanesRegisters(r), absMaxLanesRegisters(r + 4)));
   if (bits >= kNonFiniteBits) return bits;
   const float absmax = bitsToFloat(bits) * fold;
   const float s = absmax / kLevels;

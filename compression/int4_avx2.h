@@ -30,14 +30,16 @@ SKYTRAIN_AVX2 __m256i absMaxLanesRegisters(const __m256* v) {
   return mi;
 }
 
-// The absmax bits of the 32 floats in v[0..3].
-SKYTRAIN_AVX2 uint32_t absMaxBitsRegisters(const __m256* v) {
-  const __m256i mi = absMaxLanesRegisters(v);
-  __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(mi), _mm256_extracti128_si256(mi, 1));
+// The largest of eight unsigned lanes.
+SKYTRAIN_AVX2 uint32_t maxOfLanes(__m256i lanes) {
+  __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
   m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(1, 0, 3, 2)));
   m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, _MM_SHUFFLE(2, 3, 0, 1)));
   return static_cast<uint32_t>(_mm_cvtsi128_si32(m4));
 }
+
+// The absmax bits of the 32 floats in v[0..3].
+SKYTRAIN_AVX2 uint32_t absMaxBitsRegisters(const __m256* v) { return maxOfLanes(absMaxLanesRegisters(v)); }
 
 // Four blocks' eight-lane maxima reduced together: element i (0-3) of each 128-bit half
 // holds block i's max over that half (maxHalves combines the halves).
@@ -55,15 +57,19 @@ SKYTRAIN_AVX2 __m256i maxHalves(__m256i low, __m256i high) {
 // q = round-to-nearest-even(x * inverse) (the CPU's default rounding, as roundSmall) of the
 // 32 floats in v[0..3], stored as q + 8, two a byte, low nibble first. inverse is 7/absmax
 // (0 for an all-zero block), so q lies in [-7, 7].
+// 32 small int32 levels in q[0..3] -> 32 bytes in element order: two signed packs leave,
+// per 128-bit lane, groups of four from q[0], q[1], q[2], q[3]; one 32-bit permute puts
+// them in order. Shared with int3 (compression/int3_codec.cpp).
+SKYTRAIN_AVX2 __m256i orderedBytes(const __m256i* q) {
+  const __m256i grouped = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  return _mm256_permutevar8x32_epi32(grouped, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 SKYTRAIN_AVX2 void packInt4Registers(const __m256* v, __m256 inverse, uint8_t* packed) {
   __m256i q[4];
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], inverse));
-  // 32 x int32 -> 32 x int8 (two signed packs leave, per 128-bit lane, groups of four from
-  // q[0], q[1], q[2], q[3]: one 32-bit permute puts them in order), then + 8 on all bytes.
-  const __m256i grouped = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-  const __m256i bytes = _mm256_add_epi8(_mm256_permutevar8x32_epi32(grouped, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
-                                        _mm256_set1_epi8(8));
+  const __m256i bytes = _mm256_add_epi8(orderedBytes(q), _mm256_set1_epi8(8));  // q + 8
   // Pairs (even, odd) -> even + 16 * odd, one byte each.
   const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi16(0x1001));
   const __m128i out = _mm_packus_epi16(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));

@@ -30,6 +30,14 @@ std::vector<std::pair<std::string, at::Tensor>> PipelineRunner::gradients(stages
   return out;
 }
 
+void PipelineRunner::averageOverReplicas(const NamedGradients& named) {
+  if (!replicas_) return;
+  Timed timed(allReduceSeconds_);
+  std::vector<at::Tensor> tensors;
+  for (const auto& entry : named) tensors.push_back(entry.second);  // views of the gradients
+  replicas_->average(tensors);
+}
+
 void PipelineRunner::runRound(uint64_t step, double& lossSum, bool& skipped) {
   while (!pending_.empty() && pending_.front().step + 2 <= step) {
     skipped = !applyGradient(pending_.front()) || skipped;
@@ -101,13 +109,8 @@ void PipelineRunner::flush() {
 void PipelineRunner::completeGradient(uint64_t step) {
   PendingGradient pending;
   pending.step = step;
-  auto named = gradients(active(step));
-  std::vector<at::Tensor> grads;
-  for (auto& [name, grad] : named) grads.push_back(grad);
-  if (replicas_) {
-    Timed timed(allReduceSeconds_);
-    replicas_->average(grads);
-  }
+  const NamedGradients named = gradients(active(step));
+  averageOverReplicas(named);
   const auto& o = spec_.optimizer;
   if (o.clipNorm <= 0 && o.onNonfinite == "fail") {  // nothing global: each stage checks its own
     Timed timed(computeSeconds_);

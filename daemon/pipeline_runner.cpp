@@ -277,16 +277,8 @@ void PipelineRunner::runWeightPass() {
 
 bool PipelineRunner::finishGradients(uint64_t step) {
   const auto& o = spec_.optimizer;
-  NamedGradients named;
-  for (const auto& [name, parameter] : model_->stateDict()) {
-    if (parameter.grad().defined()) named.emplace_back(name, parameter.grad());
-  }
-  if (replicas_) {  // every copy now holds the whole batch's gradient
-    Timed timed(allReduceSeconds_);
-    std::vector<at::Tensor> grads;
-    for (const auto& entry : named) grads.push_back(entry.second);
-    replicas_->average(grads);
-  }
+  const NamedGradients named = gradients(*model_);
+  averageOverReplicas(named);
   if (o.clipNorm <= 0 && o.onNonfinite == "fail") {
     Timed timed(computeSeconds_);
     if (const std::string bad = nonFiniteGradient(named, step, stage_); !bad.empty()) {

@@ -223,6 +223,8 @@ class PipelineRunner {
   void resolveTotal(PendingGradient& pending);  // the total from the previous stage, passed on
   bool applyGradient(PendingGradient pending);  // false: skipped (a non-finite total)
   std::vector<std::pair<std::string, at::Tensor>> gradients(stages::Stage& copy) const;
+  // With replicas: every copy's gradients become the whole batch's (timed as the all-reduce).
+  void averageOverReplicas(const std::vector<std::pair<std::string, at::Tensor>>& gradients);
   // The next frame, checked to carry expectedShape (float32) before it is decoded.
   at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch,
                      const std::vector<int64_t>& expectedShape);
