@@ -301,6 +301,7 @@ TEST_CASE("bad codec specs are refused with the reason") {
   CHECK_THROWS_WITH(r.make("ef(int8"), Catch::Contains("unmatched"));
   CHECK_THROWS_WITH(r.make("int8+"), Catch::Contains("empty"));
   CHECK_THROWS_WITH(r.make("none:3"), Catch::Contains("no argument"));
+  CHECK_THROWS_WITH(r.make("int3:2"), Catch::Contains("no argument"));
   CHECK_THROWS_AS(r.make(""), skytrain::Error);
 }
 

@@ -8,6 +8,7 @@
 
 #include "compression/codec_registry.h"
 #include "compression/tensor_bytes.h"
+#include "scheduler/error.h"
 
 using namespace skytrain::compression;
 
@@ -54,6 +55,9 @@ TEST_CASE("fused int4+rot and int3+rot: the codec's bytes of the rotated vector,
       const at::Tensor unrotated = builtinCodecs().make("rot")->decode(
           EncodedTensor{"rot", WireDType::Float32, {padded}, tensorBytes(inner->decode(reference))});
       CHECK(torch::equal(builtinCodecs().make(codec + "+rot")->decode(fused), unrotated.narrow(0, 0, n)));
+      EncodedTensor truncated = fused;  // a crafted size is refused before anything is decoded
+      truncated.payload.pop_back();
+      CHECK_THROWS_AS(builtinCodecs().make(codec + "+rot")->decode(truncated), skytrain::WireError);
     }
   }
 }
