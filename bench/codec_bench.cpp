@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   // faults) per message.
   mallopt(M_MMAP_THRESHOLD, 512 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  std::vector<std::string> specs = {"none", "fp16", "bf16", "int8", "int4", "int4+rot", "int3", "int3+rot", "ef(int4+rot)", "int8+rot+svd:0.2", "ef(int8)", "topk:0.05", "topk:0.01",
+  std::vector<std::string> specs = {"none", "fp16", "bf16", "int8", "int4", "int4+rot", "int3", "int3+rot", "q13", "q13+rot", "ef(int4+rot)", "int8+rot+svd:0.2", "ef(int8)", "topk:0.05", "topk:0.01",
                                           "int8+topk:0.05", "svd:rank=8", "fp16+svd:rank=8", "svd:rank=64", "fp16+svd:0.2"};
   if (!only.empty()) {
     std::vector<std::string> kept;

@@ -95,6 +95,7 @@ void registerBuiltinCodecs(CodecRegistry& registry) {
   registry.add("int8", makeInt8Codec);
   registry.add("int4", makeInt4Codec);
   registry.add("int3", makeInt3Codec);
+  registry.add("q13", makeQ13Codec);
   registry.add("topk", makeTopKCodec);
   registry.add("svd", makeSvdCodec);
   registry.add("tokens", makeTokenCodec);

@@ -1,6 +1,6 @@
 // The built-in codecs' factories (registered in registerBuiltinCodecs). Each codec's error
 // bound is stated on its implementation and asserted by tests/compression/codec_contract_test.
-// Element codecs (none, fp16, bf16, int8, int4, int3) refuse an inner codec; structural codecs
+// Element codecs (none, fp16, bf16, int8, int4, q13, int3) refuse an inner codec; structural codecs
 // (svd, topk) use `inner` for their float parts, "none" when it is null.
 #pragma once
 
@@ -19,6 +19,7 @@ CodecPtr makeBf16Codec(const std::string& argument, CodecPtr inner);
 CodecPtr makeInt8Codec(const std::string& argument, CodecPtr inner);
 CodecPtr makeInt4Codec(const std::string& argument, CodecPtr inner);
 CodecPtr makeInt3Codec(const std::string& argument, CodecPtr inner);
+CodecPtr makeQ13Codec(const std::string& argument, CodecPtr inner);
 CodecPtr makeTopKCodec(const std::string& argument, CodecPtr inner);  // "topk:<fraction>"
 CodecPtr makeSvdCodec(const std::string& argument, CodecPtr inner);   // "svd:<ratio>" | "svd:rank=<r>"
 CodecPtr makeTokenCodec(const std::string& argument, CodecPtr inner);  // "tokens": IDs + bit-packed labels

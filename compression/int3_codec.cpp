@@ -16,7 +16,6 @@
 #include <immintrin.h>
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "compression/codec_util.h"
@@ -25,6 +24,7 @@
 #include "compression/hadamard.h"
 #include "compression/int3_blocks.h"
 #include "compression/int4_avx2.h"
+#include "compression/rotated_blocks.h"
 #include "compression/tensor_bytes.h"
 #include "scheduler/error.h"
 
@@ -121,73 +121,37 @@ SKYTRAIN_AVX2 void restoreInt3Registers(const uint8_t* planes, float scale, __m2
   }
 }
 
-// Whole blocks through registers. Returns the blocks done: all, or the one holding NaN/Inf.
-__attribute__((target("avx2,fma"))) int64_t encodeBlocksAvx2(const float* data, int64_t blocks, bool rotate,
-                                                            char* scales, uint8_t* planes) {
-  const float fold = rotate ? 0.125f : 1.f;
-  for (int64_t b = 0; b < blocks; ++b) {
-    __m256 r[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(data + b * kInt3Block + 8 * k);
-    if (rotate) hadamardRegistersUnscaled(r);
-    if (quantiseInt3Registers(r, fold, scales + 4 * b, planes + 24 * b) >= kNonFiniteBits) return b;
+// The kernels as compression/rotated_blocks.h drives them: every block's scale first, then
+// every block's planes.
+struct Int3Kernels {
+  static char* scale(char* payload, int64_t b) { return payload + 4 * b; }
+  static uint8_t* planes(char* payload, int64_t blocks, int64_t b) {
+    return reinterpret_cast<uint8_t*>(payload + 4 * blocks + 24 * b);
   }
-  return blocks;
-}
-
-__attribute__((target("avx2,fma"))) void decodeBlocksAvx2(const char* scales, const uint8_t* planes, int64_t blocks,
-                                                         bool rotate, float* out) {
-  const float fold = rotate ? 0.125f : 1.f;
-  for (int64_t b = 0; b < blocks; ++b) {
+  static SKYTRAIN_AVX2 uint32_t quantise(const __m256* r, float fold, char* payload, int64_t blocks, int64_t b) {
+    return quantiseInt3Registers(r, fold, scale(payload, b), planes(payload, blocks, b));
+  }
+  static SKYTRAIN_AVX2 void restore(const char* payload, int64_t blocks, int64_t b, float fold, __m256* r) {
     float s;
-    std::memcpy(&s, scales + 4 * b, 4);
-    __m256 r[8];
-    restoreInt3Registers(planes + 24 * b, s * fold, r);
-    if (rotate) hadamardRegistersUnscaled(r);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + b * kInt3Block + 8 * k, r[k]);
+    std::memcpy(&s, payload + 4 * b, 4);
+    restoreInt3Registers(reinterpret_cast<const uint8_t*>(payload + 4 * blocks + 24 * b), s * fold, r);
   }
-}
+  static uint32_t encodePortable(const float* block, char* payload, int64_t blocks, int64_t b) {
+    return encodeBlockPortable(block, scale(payload, b), planes(payload, blocks, b));
+  }
+  static void decodePortable(const char* payload, int64_t blocks, int64_t b, float* block) {
+    decodeBlockPortable(payload + 4 * b, reinterpret_cast<const uint8_t*>(payload + 4 * blocks + 24 * b), block);
+  }
+};
 
 }  // namespace
 
 bool encodeInt3(const float* data, int64_t n, bool rotate, char* payload) {
-  const int64_t blocks = int3Blocks(n);
-  char* scales = payload;
-  auto* planes = reinterpret_cast<uint8_t*>(payload + 4 * blocks);
-  const int64_t whole = n / kInt3Block;
-  int64_t done = 0;
-  if (haveAvx2Fma()) {
-    done = encodeBlocksAvx2(data, whole, rotate, scales, planes);
-    if (done < whole) return false;
-  }
-  float block[kInt3Block];
-  for (int64_t b = done; b < blocks; ++b) {
-    const int64_t begin = b * kInt3Block, count = std::min(kInt3Block, n - begin);
-    std::memcpy(block, data + begin, sizeof(float) * static_cast<size_t>(count));
-    std::fill(block + count, block + kInt3Block, 0.f);
-    if (rotate) hadamard(block, 1);
-    if (encodeBlockPortable(block, scales + 4 * b, planes + 24 * b) >= kNonFiniteBits) return false;
-  }
-  return true;
+  return rotated_blocks::encode<Int3Kernels>(data, n, rotate, payload);
 }
 
 void decodeInt3(const char* payload, int64_t n, bool rotate, float* out) {
-  const int64_t blocks = int3Blocks(n);
-  const char* scales = payload;
-  const auto* planes = reinterpret_cast<const uint8_t*>(payload + 4 * blocks);
-  int64_t done = 0;
-  if (haveAvx2Fma()) {
-    done = n / kInt3Block;
-    decodeBlocksAvx2(scales, planes, done, rotate, out);
-  }
-  float block[kInt3Block];
-  for (int64_t b = done; b < blocks; ++b) {
-    decodeBlockPortable(scales + 4 * b, planes + 24 * b, block);
-    if (rotate) hadamard(block, 1);
-    const int64_t begin = b * kInt3Block;
-    std::memcpy(out + begin, block, sizeof(float) * static_cast<size_t>(std::min(kInt3Block, n - begin)));
-  }
+  rotated_blocks::decode<Int3Kernels>(payload, n, rotate, out);
 }
 
 namespace {

@@ -1,5 +1,5 @@
 // "rot" (right of '+', like a structural codec): a Hadamard rotation in front of the codec
-// left of it: "int4+rot", "int3+rot", "ef(int4+rot)". The flattened tensor is cut into blocks of 64
+// left of it: "int4+rot", "int3+rot", "q13+rot", "ef(int4+rot)". The flattened tensor is cut into blocks of 64
 // (the last zero-padded) and each block multiplied by the orthonormal 64x64 Walsh-Hadamard
 // matrix H/8 (a fast transform: 6 butterfly passes); the inner codec encodes the rotated
 // [ceil(n/64)*64] vector, and the receiver rotates back (H/8 is its own inverse). A block's
@@ -9,7 +9,7 @@
 // Error bound: the rotation is exact to float32 rounding and preserves the L2 norm, so a
 // block's error is the inner codec's error on the rotated block: for "int4+rot",
 // |x_i - x'_i| <= ||error of the block||_2 <= 8 * max|y| / 14 <= 8/14 * ||x_block||_2;
-// for "int3+rot", 8/6 * ||x_block||_2.
+// for "int3+rot", 8/6 * ||x_block||_2; for "q13+rot", 8/12 * (1 + 2^-7) * ||x_block||_2.
 // NaN/Inf are refused. Size: the inner codec's for ceil(n/64)*64 elements.
 #include <immintrin.h>
 #include <torch/torch.h>
@@ -24,6 +24,7 @@
 #include "compression/int3_blocks.h"
 #include "compression/int4_avx2.h"
 #include "compression/int4_blocks.h"
+#include "compression/q13_blocks.h"
 #include "compression/tensor_bytes.h"
 #include "scheduler/error.h"
 
@@ -134,7 +135,8 @@ __attribute__((target("avx2,fma"))) void decodeRotatedInt4Avx2(const char* scale
 class RotationCodec : public Codec {
  public:
   explicit RotationCodec(CodecPtr inner)
-      : inner_(std::move(inner)), fusedInt4_(inner_->spec() == "int4"), fusedInt3_(inner_->spec() == "int3") {}
+      : inner_(std::move(inner)), fusedInt4_(inner_->spec() == "int4"), fusedInt3_(inner_->spec() == "int3"),
+        fusedQ13_(inner_->spec() == "q13") {}
 
   std::string spec() const override { return chainSpec(*inner_, "rot"); }
 
@@ -149,6 +151,11 @@ class RotationCodec : public Codec {
     if (fusedInt3_) {
       out.payload.assign(int3Size(n), '\0');
       if (!encodeInt3(x.data_ptr<float>(), n, true, out.payload.data())) throwNonFinite(x);
+      return out;
+    }
+    if (fusedQ13_) {
+      out.payload.assign(q13Size(n), '\0');
+      if (!encodeQ13(x.data_ptr<float>(), n, true, out.payload.data())) throwNonFinite(x);
       return out;
     }
     requireFinite("rot", x);
@@ -170,6 +177,10 @@ class RotationCodec : public Codec {
       requirePayloadSize("rot", encoded, int3Size(n));
       restored = torch::empty({n}, torch::kFloat);
       decodeInt3(encoded.payload.data(), n, true, restored.data_ptr<float>());
+    } else if (fusedQ13_) {
+      requirePayloadSize("rot", encoded, q13Size(n));
+      restored = torch::empty({n}, torch::kFloat);
+      decodeQ13(encoded.payload.data(), n, true, restored.data_ptr<float>());
     } else {
       restored = decodePart(*inner_, encoded.payload, {padded}).to(torch::kFloat).contiguous();
       hadamard(restored.data_ptr<float>(), padded / kRotationBlock);
@@ -258,6 +269,7 @@ class RotationCodec : public Codec {
   CodecPtr inner_;
   bool fusedInt4_;
   bool fusedInt3_;  // "int3+rot": compression/int3_codec.cpp rotates in its kernels
+  bool fusedQ13_;   // "q13+rot": compression/q13_codec.cpp, likewise
 };
 
 }  // namespace

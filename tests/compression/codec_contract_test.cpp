@@ -71,6 +71,9 @@ const std::map<std::string, CodecCase>& cases() {
                 [](const Shape& s) { return static_cast<size_t>((numel(s) + 31) / 32 * 4 + (numel(s) + 1) / 2); }, false}},
       {"int3", {"int3", [](const at::Tensor& x) { return blockAbsMax(x, 64) / 6 * (1 + 1e-5) + 1e-12; },
                 [](const Shape& s) { return static_cast<size_t>((numel(s) + 63) / 64 * 28); }, false}},
+      // A bfloat16 scale rounded up: absmax/12 to 2^-7; blocks below 7e-38 decode to zero.
+      {"q13", {"q13", [](const at::Tensor& x) { return blockAbsMax(x, 64) / 12 * (1 + std::ldexp(1.0, -7)) * (1 + 1e-5) + 1e-12; },
+               [](const Shape& s) { return static_cast<size_t>((numel(s) + 63) / 64 * 32); }, false}},
       // Full rank: the input comes back to float32 rounding.
       {"svd", {"svd:1.0", [](const at::Tensor& x) {
                  return x.numel() == 0 ? x.clone() : torch::full_like(x, 1e-4 * x.abs().max().item<double>() + 1e-12);
@@ -302,6 +305,7 @@ TEST_CASE("bad codec specs are refused with the reason") {
   CHECK_THROWS_WITH(r.make("int8+"), Catch::Contains("empty"));
   CHECK_THROWS_WITH(r.make("none:3"), Catch::Contains("no argument"));
   CHECK_THROWS_WITH(r.make("int3:2"), Catch::Contains("no argument"));
+  CHECK_THROWS_WITH(r.make("q13:4"), Catch::Contains("no argument"));
   CHECK_THROWS_AS(r.make(""), skytrain::Error);
 }
 

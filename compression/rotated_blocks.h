@@ -1,0 +1,96 @@
+// The block loop of the 64-block codecs whose "+rot" form is fused ("int3",
+// compression/int3_codec.cpp; "q13", compression/q13_codec.cpp): whole blocks go through
+// eight AVX2 registers, rotated there when asked (unscaled: the kernels fold the 1/8 in);
+// the last, partial block, and every block on a CPU without AVX2, through a zero-padded
+// copy rotated in memory. Both paths give the same bytes.
+//
+// A codec gives its kernels as static members of K, each told the payload, the message's
+// block count and the block's index (so a layout may put a block's parts apart):
+//   uint32_t K::quantise(const __m256* r, float fold, char* payload, int64_t blocks, int64_t b)
+//   void K::restore(const char* payload, int64_t blocks, int64_t b, float fold, __m256* r)
+//   uint32_t K::encodePortable(const float* block, char* payload, int64_t blocks, int64_t b)
+//   void K::decodePortable(const char* payload, int64_t blocks, int64_t b, float* block)
+// The encoders return the block's absmax as float bits (>= kNonFiniteBits: NaN or Inf).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "compression/float_bits.h"
+#include "compression/hadamard.h"
+#include "compression/int4_avx2.h"
+
+namespace skytrain::compression {
+namespace rotated_blocks {
+
+template <class K>
+__attribute__((target("avx2,fma"))) int64_t encodeWhole(const float* data, int64_t whole, bool rotate, char* payload,
+                                                        int64_t blocks) {
+  const float fold = rotate ? 0.125f : 1.f;
+  for (int64_t b = 0; b < whole; ++b) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(data + b * kRotationBlock + 8 * k);
+    if (rotate) hadamardRegistersUnscaled(r);
+    if (K::quantise(r, fold, payload, blocks, b) >= kNonFiniteBits) return b;
+  }
+  return whole;
+}
+
+template <class K>
+__attribute__((target("avx2,fma"))) void decodeWhole(const char* payload, int64_t whole, bool rotate, int64_t blocks,
+                                                     float* out) {
+  const float fold = rotate ? 0.125f : 1.f;
+  for (int64_t b = 0; b < whole; ++b) {
+    __m256 r[8];
+    K::restore(payload, blocks, b, fold, r);
+    if (rotate) hadamardRegistersUnscaled(r);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + b * kRotationBlock + 8 * k, r[k]);
+  }
+}
+
+// n floats (each 64-block rotated first when `rotate`) into the payload. False when a block
+// holds NaN or Inf (or its rotation overflows): the payload then means nothing.
+template <class K>
+bool encode(const float* data, int64_t n, bool rotate, char* payload) {
+  const int64_t blocks = (n + kRotationBlock - 1) / kRotationBlock, whole = n / kRotationBlock;
+  int64_t done = 0;
+  if (haveAvx2Fma()) {
+    done = encodeWhole<K>(data, whole, rotate, payload, blocks);
+    if (done < whole) return false;
+  }
+  float block[kRotationBlock];
+  for (int64_t b = done; b < blocks; ++b) {
+    const int64_t begin = b * kRotationBlock, count = std::min(kRotationBlock, n - begin);
+    std::memcpy(block, data + begin, sizeof(float) * static_cast<size_t>(count));
+    std::fill(block + count, block + kRotationBlock, 0.f);
+    if (rotate) hadamard(block, 1);
+    if (K::encodePortable(block, payload, blocks, b) >= kNonFiniteBits) return false;
+  }
+  return true;
+}
+
+// The inverse: n floats from the payload (the caller checks its size).
+template <class K>
+void decode(const char* payload, int64_t n, bool rotate, float* out) {
+  const int64_t blocks = (n + kRotationBlock - 1) / kRotationBlock;
+  int64_t done = 0;
+  if (haveAvx2Fma()) {
+    done = n / kRotationBlock;
+    decodeWhole<K>(payload, done, rotate, blocks, out);
+  }
+  float block[kRotationBlock];
+  for (int64_t b = done; b < blocks; ++b) {
+    K::decodePortable(payload, blocks, b, block);
+    if (rotate) hadamard(block, 1);
+    const int64_t begin = b * kRotationBlock;
+    std::memcpy(out + begin, block, sizeof(float) * static_cast<size_t>(std::min(kRotationBlock, n - begin)));
+  }
+}
+
+}  // namespace rotated_blocks
+}  // namespace skytrain::compression
