@@ -14,7 +14,6 @@
 // back over bytes with a byte shuffle and a compare. The portable path is the same
 // arithmetic in loops, and gives the same bytes.
 #include <immintrin.h>
-#include <torch/torch.h>
 
 #include <cstring>
 
@@ -22,14 +21,19 @@
 #include "compression/codecs.h"
 #include "compression/float_bits.h"
 #include "compression/hadamard.h"
-#include "compression/int3_blocks.h"
+#include "compression/block_codec.h"
 #include "compression/int4_avx2.h"
 #include "compression/rotated_blocks.h"
-#include "compression/tensor_bytes.h"
-#include "scheduler/error.h"
 
 namespace skytrain::compression {
 namespace {
+
+constexpr int64_t kInt3Block = 64;  // the rotation's block, so "int3+rot" needs no padding of its own
+constexpr size_t kInt3BlockBytes = 4 + 3 * 8;  // a float32 scale, three 64-bit planes
+
+int64_t int3Blocks(int64_t n) { return (n + kInt3Block - 1) / kInt3Block; }
+// Payload bytes of n elements: every block's scale, then every block's three planes.
+size_t int3Size(int64_t n) { return static_cast<size_t>(int3Blocks(n)) * kInt3BlockBytes; }
 
 constexpr int kLevels = 3;  // c - 3 in [-3, 3]
 
@@ -146,42 +150,12 @@ struct Int3Kernels {
 
 }  // namespace
 
-bool encodeInt3(const float* data, int64_t n, bool rotate, char* payload) {
-  return rotated_blocks::encode<Int3Kernels>(data, n, rotate, payload);
-}
-
-void decodeInt3(const char* payload, int64_t n, bool rotate, float* out) {
-  rotated_blocks::decode<Int3Kernels>(payload, n, rotate, out);
-}
-
-namespace {
-
-class Int3Codec : public Codec {
- public:
-  std::string spec() const override { return "int3"; }
-
-  EncodedTensor encode(const at::Tensor& input) override {
-    const at::Tensor x = floatInput("int3", input);
-    EncodedTensor out = encodedHeader(spec(), input);
-    out.payload.assign(int3Size(x.numel()), '\0');
-    if (!encodeInt3(x.data_ptr<float>(), x.numel(), false, out.payload.data())) requireFinite("int3", x);
-    return out;
-  }
-
-  at::Tensor decode(const EncodedTensor& encoded) override {
-    const int64_t n = elementCount(encoded.shape);
-    requirePayloadSize("int3", encoded, int3Size(n));
-    at::Tensor out = torch::empty({n}, torch::kFloat);
-    decodeInt3(encoded.payload.data(), n, false, out.data_ptr<float>());
-    return out.view(encoded.shape).to(toScalarType(encoded.dtype));
-  }
-};
-
-}  // namespace
+const BlockFormat kInt3Format = {"int3", int3Size, rotated_blocks::encode<Int3Kernels>,
+                                    rotated_blocks::decode<Int3Kernels>};
 
 CodecPtr makeInt3Codec(const std::string& argument, CodecPtr inner) {
   requireNoArgument("int3", argument, inner.get());
-  return std::make_unique<Int3Codec>();
+  return makeBlockCodec(kInt3Format);
 }
 
 }  // namespace skytrain::compression

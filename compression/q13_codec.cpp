@@ -21,9 +21,9 @@
 // With AVX2 (checked at run time) the four digit registers are 16-bit packs of the levels,
 // combined with three multiplies; decoding divides by 13 with a multiply-high and a shift
 // (exact for every 15-bit word). The portable path is the same arithmetic in loops, and
-// gives the same bytes.
+// gives the same bytes. Crafted bytes decode to at most 8 times their block's scale (a word's
+// top digit reaches 14), or NaN/Inf where the scale is.
 #include <immintrin.h>
-#include <torch/torch.h>
 
 #include <cfloat>
 #include <cstring>
@@ -33,13 +33,18 @@
 #include "compression/float_bits.h"
 #include "compression/hadamard.h"
 #include "compression/int4_avx2.h"
-#include "compression/q13_blocks.h"
+#include "compression/block_codec.h"
 #include "compression/rotated_blocks.h"
-#include "compression/tensor_bytes.h"
-#include "scheduler/error.h"
 
 namespace skytrain::compression {
 namespace {
+
+constexpr int64_t kQ13Block = 64;        // the rotation's block, so "q13+rot" needs no padding of its own
+constexpr size_t kQ13BlockBytes = 32;    // sixteen 16-bit words: 8x fewer bytes than float32
+constexpr int kQ13Levels = 6;            // c - 6 in [-6, 6]: thirteen levels
+
+int64_t q13Blocks(int64_t n) { return (n + kQ13Block - 1) / kQ13Block; }
+size_t q13Size(int64_t n) { return static_cast<size_t>(q13Blocks(n)) * kQ13BlockBytes; }
 
 constexpr int kWords = 16;
 constexpr int32_t kOffset = kQ13Levels * (1 + 13 + 169 + 2197);  // sum of 6 * 13^k: c = q + 6
@@ -172,42 +177,12 @@ struct Q13Kernels {
 
 }  // namespace
 
-bool encodeQ13(const float* data, int64_t n, bool rotate, char* payload) {
-  return rotated_blocks::encode<Q13Kernels>(data, n, rotate, payload);
-}
-
-void decodeQ13(const char* payload, int64_t n, bool rotate, float* out) {
-  rotated_blocks::decode<Q13Kernels>(payload, n, rotate, out);
-}
-
-namespace {
-
-class Q13Codec : public Codec {
- public:
-  std::string spec() const override { return "q13"; }
-
-  EncodedTensor encode(const at::Tensor& input) override {
-    const at::Tensor x = floatInput("q13", input);
-    EncodedTensor out = encodedHeader(spec(), input);
-    out.payload.assign(q13Size(x.numel()), '\0');
-    if (!encodeQ13(x.data_ptr<float>(), x.numel(), false, out.payload.data())) requireFinite("q13", x);
-    return out;
-  }
-
-  at::Tensor decode(const EncodedTensor& encoded) override {
-    const int64_t n = elementCount(encoded.shape);
-    requirePayloadSize("q13", encoded, q13Size(n));
-    at::Tensor out = torch::empty({n}, torch::kFloat);
-    decodeQ13(encoded.payload.data(), n, false, out.data_ptr<float>());
-    return out.view(encoded.shape).to(toScalarType(encoded.dtype));
-  }
-};
-
-}  // namespace
+const BlockFormat kQ13Format = {"q13", q13Size, rotated_blocks::encode<Q13Kernels>,
+                                    rotated_blocks::decode<Q13Kernels>};
 
 CodecPtr makeQ13Codec(const std::string& argument, CodecPtr inner) {
   requireNoArgument("q13", argument, inner.get());
-  return std::make_unique<Q13Codec>();
+  return makeBlockCodec(kQ13Format);
 }
 
 }  // namespace skytrain::compression

@@ -21,10 +21,9 @@
 #include "compression/codecs.h"
 #include "compression/float_bits.h"
 #include "compression/hadamard.h"
-#include "compression/int3_blocks.h"
+#include "compression/block_codec.h"
 #include "compression/int4_avx2.h"
 #include "compression/int4_blocks.h"
-#include "compression/q13_blocks.h"
 #include "compression/tensor_bytes.h"
 #include "scheduler/error.h"
 
@@ -135,8 +134,7 @@ __attribute__((target("avx2,fma"))) void decodeRotatedInt4Avx2(const char* scale
 class RotationCodec : public Codec {
  public:
   explicit RotationCodec(CodecPtr inner)
-      : inner_(std::move(inner)), fusedInt4_(inner_->spec() == "int4"), fusedInt3_(inner_->spec() == "int3"),
-        fusedQ13_(inner_->spec() == "q13") {}
+      : inner_(std::move(inner)), fusedInt4_(inner_->spec() == "int4"), fusedBlocks_(blockFormat(inner_->spec())) {}
 
   std::string spec() const override { return chainSpec(*inner_, "rot"); }
 
@@ -148,14 +146,8 @@ class RotationCodec : public Codec {
       out.payload = encodeFusedInt4(x);
       return out;
     }
-    if (fusedInt3_) {
-      out.payload.assign(int3Size(n), '\0');
-      if (!encodeInt3(x.data_ptr<float>(), n, true, out.payload.data())) throwNonFinite(x);
-      return out;
-    }
-    if (fusedQ13_) {
-      out.payload.assign(q13Size(n), '\0');
-      if (!encodeQ13(x.data_ptr<float>(), n, true, out.payload.data())) throwNonFinite(x);
+    if (fusedBlocks_ != nullptr) {
+      out.payload = encodeBlocks(*fusedBlocks_, "rot", x, true);
       return out;
     }
     requireFinite("rot", x);
@@ -173,14 +165,8 @@ class RotationCodec : public Codec {
     at::Tensor restored;
     if (fusedInt4_) {
       restored = decodeFusedInt4(encoded.payload, n);
-    } else if (fusedInt3_) {
-      requirePayloadSize("rot", encoded, int3Size(n));
-      restored = torch::empty({n}, torch::kFloat);
-      decodeInt3(encoded.payload.data(), n, true, restored.data_ptr<float>());
-    } else if (fusedQ13_) {
-      requirePayloadSize("rot", encoded, q13Size(n));
-      restored = torch::empty({n}, torch::kFloat);
-      decodeQ13(encoded.payload.data(), n, true, restored.data_ptr<float>());
+    } else if (fusedBlocks_ != nullptr) {
+      restored = decodeBlocks(*fusedBlocks_, "rot", encoded, true);
     } else {
       restored = decodePart(*inner_, encoded.payload, {padded}).to(torch::kFloat).contiguous();
       hadamard(restored.data_ptr<float>(), padded / kRotationBlock);
@@ -268,8 +254,7 @@ class RotationCodec : public Codec {
 
   CodecPtr inner_;
   bool fusedInt4_;
-  bool fusedInt3_;  // "int3+rot": compression/int3_codec.cpp rotates in its kernels
-  bool fusedQ13_;   // "q13+rot": compression/q13_codec.cpp, likewise
+  const BlockFormat* fusedBlocks_;  // "int3+rot", "q13+rot": their kernels rotate (compression/block_codec.h)
 };
 
 }  // namespace

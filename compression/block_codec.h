@@ -1,0 +1,38 @@
+// The 64-block element codecs whose "+rot" form is fused ("int3", "q13"): each is a format
+// of whole blocks (compression/rotated_blocks.h runs its kernels), and one Codec class
+// serves all of them, alone and, through RotationCodec, rotated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "compression/codec.h"
+
+namespace skytrain::compression {
+
+struct BlockFormat {
+  const char* name;
+  size_t (*size)(int64_t n);  // payload bytes of n floats
+  // n floats into size(n) bytes, each 64-block rotated first when `rotate`; false when a
+  // block holds NaN or Inf (or its rotation overflows).
+  bool (*encode)(const float* data, int64_t n, bool rotate, char* payload);
+  void (*decode)(const char* payload, int64_t n, bool rotate, float* out);  // size(n) bytes: the caller checks
+};
+
+extern const BlockFormat kInt3Format;  // compression/int3_codec.cpp
+extern const BlockFormat kQ13Format;   // compression/q13_codec.cpp
+
+// The format whose name is `spec`, or null.
+const BlockFormat* blockFormat(const std::string& spec);
+
+// The format's payload of `x` (any floating dtype, on the CPU), rotated when `rotate`;
+// throws skytrain::Error on NaN/Inf (naming `codec`).
+std::string encodeBlocks(const BlockFormat& format, const std::string& codec, const at::Tensor& x, bool rotate);
+// The inverse, float32 [n]; throws skytrain::WireError naming `codec` on a payload of the wrong size.
+at::Tensor decodeBlocks(const BlockFormat& format, const std::string& codec, const EncodedTensor& encoded, bool rotate);
+
+std::unique_ptr<Codec> makeBlockCodec(const BlockFormat& format);
+
+}  // namespace skytrain::compression
