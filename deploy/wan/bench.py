@@ -106,6 +106,16 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
     }
 
 
+def synchronous_ceiling(compute_s, stages, delay_s, delayed=False):
+    """The step a 1F1B-kind synchronous schedule cannot beat when the last stage is the
+    slowest (as in this model, whose last stage has the head and the loss): the single
+    cloud's step plus the 2(p-1) one-way delays its last stage waits each step, for the
+    first activation to arrive and for the last gradient to reach stage 0 before the update.
+    ZB-H1 can beat it: its last stage runs deferred weight-gradient passes in that wait. The
+    delayed update overlaps steps, so the compute alone bounds it."""
+    return compute_s + (0 if delayed else 2 * (stages - 1) * delay_s)
+
+
 def with_testbed(links, fn):
     testbed("up", links)
     try:
@@ -136,8 +146,9 @@ STRATEGIES_A = {  # name: (label, forward, backward, update)
 def throughput_tables():
     print(f"### a. Throughput against the single cloud ({STEPS} steps a run)\n")
     print("| stages | links | strategy | m, schedule | samples/s | ratio to unshaped | step s | link limit s | "
-          "compute limit s | larger limit / step | validation loss | relay CPU s/step |")
-    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "compute limit s | larger limit / step | 1F1B bound s (compute + round trips) | that / step | validation loss | "
+          "relay CPU s/step |")
+    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     results = {}
     for stages in (int(x) for x in os.environ.get("A_STAGES", "2 3").split()):
         for rate in os.environ.get("A_RATES", "inf 100 1000").split():
@@ -163,9 +174,11 @@ def throughput_tables():
                 label = "unshaped (single cloud)" if rate == "inf" else f"{rate} Mbit/s, 20 ms"
                 compute = results.get((stages, "inf", strategy), r)["step_s"]
                 link = 0.0 if rate == "inf" else link_limit(r, stages, float(rate), 0.020, "delayed" in strategy)
+                ceiling = synchronous_ceiling(compute, stages, 0.0 if rate == "inf" else 0.020, "delayed" in strategy)
                 print(f"| {stages} | {label} | `{strategy}` | {r['m']}, {r['schedule']} | "
                       f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f} | {r['step_s']:.4f} | "
                       f"{link:.4f} | {compute:.4f} | {max(link, compute) / r['step_s']:.2f} | "
+                      f"{ceiling:.4f} | {ceiling / r['step_s']:.2f} | "
                       f"{r['validation'] if r['validation'] is None else format(r['validation'], '.4f')} | "
                       f"{r['relay_cpu_s']:.4f} |")
     print()
