@@ -37,8 +37,12 @@ void checkCodecs(const protocol::JobSpec& spec) {
   for (const auto& [path, codec] : fields) {
     if (codec != "auto") check(path, codec);
   }
-  for (size_t i = 0; i < spec.compression.allowed.size(); ++i) {
-    check("$.compression.allowed[" + std::to_string(i) + "]", spec.compression.allowed[i]);
+  const auto& c = spec.compression;
+  for (const auto& [key, list] : {std::pair{"allowed", &c.allowed}, std::pair{"allowed_forward", &c.allowedForward},
+                                  std::pair{"allowed_backward", &c.allowedBackward}}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      check(std::string("$.compression.") + key + "[" + std::to_string(i) + "]", (*list)[i]);
+    }
   }
 }
 

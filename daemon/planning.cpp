@@ -52,7 +52,7 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
     auto options = [&](const Json& profile, const char* direction) {
       std::vector<scheduler::CodecOption> out;
       const Json& timed = profile.at("compute").at("codecs").at(direction);
-      for (const auto& name : spec.compression.allowed) {
+      for (const auto& name : spec.compression.allowedFor(std::string(direction) == "forward")) {
         const Json& o = timed.at(name);
         out.push_back({name, fit(o.at("seconds")), fit(o.at("bytes"))});
       }

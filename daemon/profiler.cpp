@@ -81,8 +81,10 @@ Json PipelineRunner::profileCompute() {
   auto forwardCodec = registry.make(spec_.compression.forward == "auto" ? "none" : spec_.compression.forward);
   auto backwardCodec = registry.make(spec_.compression.backward == "auto" ? "none" : spec_.compression.backward);
   std::vector<std::pair<std::string, std::unique_ptr<compression::Codec>>> forwardOptions, backwardOptions;
-  for (const auto& name : spec_.compression.allowed) {
+  for (const auto& name : spec_.compression.allowedFor(true)) {
     if (autoForward) forwardOptions.emplace_back(name, registry.make(name));
+  }
+  for (const auto& name : spec_.compression.allowedFor(false)) {
     if (autoBackward) backwardOptions.emplace_back(name, registry.make(name));
   }
   Json options = {{"forward", Json::object()}, {"backward", Json::object()}};

@@ -162,15 +162,20 @@ CompressionSpec parseCompression(ObjectReader r) {
   c.backward = r.string("backward", c.backward);
   c.warmupSteps = static_cast<int>(r.integer("warmup_steps", c.warmupSteps, 0, kBig));
   c.warmup = r.string("warmup", c.warmup);
-  if (r.has("allowed")) {
-    c.allowed = r.strings("allowed", std::nullopt);
-    if (c.allowed.empty() || c.allowed.size() > 16) throw SpecError(r.pathOf("allowed"), "expected 1..16 codec specs");
-    for (size_t i = 0; i < c.allowed.size(); ++i) {
-      if (c.allowed[i].empty() || c.allowed[i].size() > 128 || c.allowed[i] == "auto") {
-        throw SpecError(r.pathOf("allowed") + "[" + std::to_string(i) + "]", "must be a codec spec (not \"auto\")");
+  // A list "auto" chooses from: 1..16 codec specs.
+  auto codecList = [&r](const std::string& key, std::vector<std::string>& into) {
+    if (!r.has(key)) return;
+    into = r.strings(key, std::nullopt);
+    if (into.empty() || into.size() > 16) throw SpecError(r.pathOf(key), "expected 1..16 codec specs");
+    for (size_t i = 0; i < into.size(); ++i) {
+      if (into[i].empty() || into[i].size() > 128 || into[i] == "auto") {
+        throw SpecError(r.pathOf(key) + "[" + std::to_string(i) + "]", "must be a codec spec (not \"auto\")");
       }
     }
-  }
+  };
+  codecList("allowed", c.allowed);
+  codecList("allowed_forward", c.allowedForward);
+  codecList("allowed_backward", c.allowedBackward);
   if (c.warmup == "auto") throw SpecError(r.pathOf("warmup"), "the warm-up codec is fixed (\"auto\" is for forward and backward)");
   r.finish();
   return c;

@@ -113,10 +113,17 @@ struct CompressionSpec {
   std::string forward = "none";   // activations, stage s -> s+1; "auto": the planner picks from `allowed`
   std::string backward = "none";  // activation gradients, stage s+1 -> s; "auto" as above
   // What "auto" chooses from, per link, in order of preference: by default the codecs that
-  // keep training's quality (docs/BENCHMARKS.md, "Codec quality over seeds").
+  // keep training's quality (docs/BENCHMARKS.md, "Codec quality over seeds"). A direction's
+  // own list ("allowed_forward", "allowed_backward") replaces it for that direction.
   std::vector<std::string> allowed = {"none", "fp16", "bf16", "ef(int8)"};
+  std::vector<std::string> allowedForward, allowedBackward;  // empty: `allowed`
   int warmupSteps = 0;            // steps [0, warmupSteps) use `warmup` in both directions
   std::string warmup = "none";
+
+  const std::vector<std::string>& allowedFor(bool forwardDirection) const {
+    const auto& own = forwardDirection ? allowedForward : allowedBackward;
+    return own.empty() ? allowed : own;
+  }
 
   // The codec specs of a step: {forward, backward}.
   std::pair<std::string, std::string> forStep(int step) const {

@@ -190,6 +190,18 @@ TEST_CASE("compression \"auto\": the planner picks from allowed, lossless-qualit
     spec["compression"]["allowed"] = json::array();
     CHECK(refusal(spec).first == "$.compression.allowed");
   }
+  SECTION("a direction's own list replaces allowed for that direction only") {
+    spec["compression"]["allowed_backward"] = {"q13", "ef(int8)"};
+    const auto c = parseJobSpec(spec.dump()).compression;
+    CHECK(c.allowedFor(true) == std::vector<std::string>{"none", "int4+rot"});
+    CHECK(c.allowedFor(false) == std::vector<std::string>{"q13", "ef(int8)"});
+    spec["compression"]["allowed_forward"] = {"fp16"};
+    CHECK(parseJobSpec(spec.dump()).compression.allowedFor(true) == std::vector<std::string>{"fp16"});
+    spec["compression"]["allowed_backward"] = {"q13", "auto"};
+    CHECK(refusal(spec).first == "$.compression.allowed_backward[1]");
+    spec["compression"]["allowed_backward"] = json::array();
+    CHECK(refusal(spec).first == "$.compression.allowed_backward");
+  }
   SECTION("the warm-up codec is fixed") {
     spec["compression"]["warmup"] = "auto";
     CHECK(refusal(spec).first == "$.compression.warmup");

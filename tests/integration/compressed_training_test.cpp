@@ -104,6 +104,7 @@ TEST_CASE("\"auto\" codecs: the planner chooses from the allowed list and the st
     if (codec == "none") return static_cast<double>(header(codec) + 4 * elements);
     if (codec == "fp16" || codec == "bf16") return static_cast<double>(header(codec) + 2 * elements);
     if (codec == "ef(int8)" || codec == "int8") return static_cast<double>(header(codec) + 4 * kTokensPerMicroBatch + elements);
+    if (codec == "q13") return static_cast<double>(header(codec) + (elements + 63) / 64 * 32);
     FAIL("unexpected codec " << codec);
     return 0.0;
   };
@@ -117,6 +118,20 @@ TEST_CASE("\"auto\" codecs: the planner chooses from the allowed list and the st
     CHECK(plan["forward_codecs"] == Json{"int8"});
     CHECK(plan["backward_codecs"] == Json{"int8"});
     for (const auto& step : status["steps"]) CHECK(step["bytes_sent"].get<double>() == kMicroBatches * 2 * bytesOf("int8"));
+  }
+  SECTION("a list for each direction: each direction takes its own") {
+    Json s = spec(a.control(), b.control(), "auto", "auto");
+    s["steps"] = 4;
+    s["compression"]["allowed_forward"] = {"int8"};
+    s["compression"]["allowed_backward"] = {"q13"};
+    const Json status = runJob(context, a.control(), s);
+    REQUIRE(status["state"] == "succeeded");
+    const Json& plan = status["plans"].back();
+    CHECK(plan["forward_codecs"] == Json{"int8"});
+    CHECK(plan["backward_codecs"] == Json{"q13"});
+    for (const auto& step : status["steps"]) {
+      CHECK(step["bytes_sent"].get<double>() == kMicroBatches * (bytesOf("int8") + bytesOf("q13")));
+    }
   }
   SECTION("the default list: a lossless-quality choice per direction, timed on the job's tensors") {
     const Json status = runJob(context, a.control(), spec(a.control(), b.control(), "auto", "auto"));
