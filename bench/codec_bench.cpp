@@ -1,6 +1,5 @@
 // Codec throughput, side by side with memcpy of the same buffer on the same thread.
 // Usage: codec_bench [--threads N] [--seconds S] [--only SPEC,SPEC...]   (prints a Markdown table)
-#include <malloc.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "compression/codec_registry.h"
+#include "daemon/allocator.h"
 
 namespace {
 
@@ -43,10 +43,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--seconds") budget = std::stod(argv[i + 1]);
   }
   torch::set_num_threads(threads);
-  // As skytraind does: keep large buffers in the heap instead of a fresh mmap (and its page
-  // faults) per message.
-  mallopt(M_MMAP_THRESHOLD, 512 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  skytrain::daemon::keepFreedMemory();  // as skytraind does: freed tensors keep their pages
   std::vector<std::string> specs = {"none", "fp16", "bf16", "int8", "int4", "int4+rot", "int3", "int3+rot", "q13", "q13+rot", "ef(int4+rot)", "int8+rot+svd:0.2", "ef(int8)", "topk:0.05", "topk:0.01",
                                           "int8+topk:0.05", "svd:rank=8", "fp16+svd:rank=8", "svd:rank=64", "fp16+svd:0.2"};
   if (!only.empty()) {

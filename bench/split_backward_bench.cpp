@@ -1,7 +1,6 @@
 // ZB-H1's split backward against the whole one, on the WAN bench model's last stage (one
 // block and the head): the median of forward + backward (+ W pass) iterations, one thread,
 // side by side in one run. Usage: split_backward_bench [ITERATIONS]
-#include <malloc.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "daemon/allocator.h"
 #include "stages/gpt.h"
 
 namespace {
@@ -25,10 +25,7 @@ double medianMs(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::max(3, std::atoi(argv[1])) : 40;
-  // The allocator as skytraind sets it (daemon/main.cpp): without it every large tensor is a
-  // fresh zero-filled mapping, and the split's longer-lived tensors pay for more of them.
-  mallopt(M_MMAP_THRESHOLD, 512 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  skytrain::daemon::keepFreedMemory();  // as skytraind does: freed tensors keep their pages
   torch::set_num_threads(1);
   skytrain::stages::GptConfig c;  // deploy/wan/bench.py's MODEL, 2 stages
   c.vocabSize = 256, c.dModel = 64, c.heads = 2, c.layers = 2, c.dFf = 128, c.seqLen = 64;

@@ -4,10 +4,9 @@
 #include <systemd/sd-daemon.h>
 #include <torch/torch.h>
 
-#include <malloc.h>
-
 #include <csignal>
 
+#include "daemon/allocator.h"
 #include "daemon/blas_info.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
@@ -31,14 +30,13 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", configPath, "daemon config file (JSON)");
   app.set_version_flag("--version", std::string("skytraind ") + SKYTRAIN_VERSION);
   CLI11_PARSE(app, argc, argv);
-  // Frames of tens of MB are allocated and freed every micro-batch; past glibc's 32 MB mmap
-  // ceiling each would be a fresh mapping, zero-filled page by page (~1 GB/s). Keep them
-  // in the heap instead.
-  mallopt(M_MMAP_THRESHOLD, 512 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Frames and activations of tens of MB are allocated and freed every micro-batch: keep
+  // their pages (daemon/allocator.h).
+  const bool allocatorSet = skytrain::daemon::keepFreedMemory();
   try {
     const auto config = skytrain::daemon::loadDaemonConfig(configPath);
     skytrain::daemon::setupLogging(config.logLevel, config.logFormat);
+    if (!allocatorSet) spdlog::warn("glibc refused an allocator setting: large tensors may page-fault every step");
     if (config.torchThreads > 0) {
       torch::set_num_threads(config.torchThreads);
       if (!skytrain::daemon::setBlasThreads(config.torchThreads)) spdlog::info("BLAS threads: not OpenBLAS, left as they are");
