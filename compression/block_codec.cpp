@@ -18,10 +18,7 @@ const BlockFormat* blockFormat(const std::string& spec) {
 std::string encodeBlocks(const BlockFormat& format, const std::string& codec, const at::Tensor& input, bool rotate) {
   const at::Tensor x = floatInput(codec, input);
   std::string payload(format.size(x.numel()), '\0');
-  if (!format.encode(x.data_ptr<float>(), x.numel(), rotate, payload.data())) {
-    requireFinite(codec, x);  // throws, counting them
-    throw Error(codec + ": rotating overflowed float32 (inputs near 3.4e38)");
-  }
+  if (!format.encode(x.data_ptr<float>(), x.numel(), rotate, payload.data())) throwNonFiniteOrOverflow(codec, x);
   return payload;
 }
 

@@ -48,6 +48,11 @@ void requireFinite(const std::string& codec, const at::Tensor& x) {
   }
 }
 
+void throwNonFiniteOrOverflow(const std::string& codec, const at::Tensor& x) {
+  requireFinite(codec, x);
+  throw Error(codec + ": rotating overflowed float32 (inputs near 3.4e38)");
+}
+
 EncodedTensor encodedHeader(const std::string& spec, const at::Tensor& input) {
   EncodedTensor out;
   out.codec = spec;

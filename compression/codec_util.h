@@ -22,6 +22,9 @@ at::Tensor floatInput(const std::string& codec, const at::Tensor& input);
 // Throws skytrain::Error when `x` (float32, contiguous) holds NaN or Inf: quantising and
 // factoring codecs have no representation for them.
 void requireFinite(const std::string& codec, const at::Tensor& x);
+// For an encoder that rotates and found a non-finite value: throws requireFinite's error, or,
+// where every input is finite, says the rotation overflowed float32.
+[[noreturn]] void throwNonFiniteOrOverflow(const std::string& codec, const at::Tensor& x);
 
 // The metadata every encoder fills in from its input.
 EncodedTensor encodedHeader(const std::string& spec, const at::Tensor& input);

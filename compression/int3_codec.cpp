@@ -128,23 +128,21 @@ SKYTRAIN_AVX2 void restoreInt3Registers(const uint8_t* planes, float scale, __m2
 // The kernels as compression/rotated_blocks.h drives them: every block's scale first, then
 // every block's planes.
 struct Int3Kernels {
-  static char* scale(char* payload, int64_t b) { return payload + 4 * b; }
-  static uint8_t* planes(char* payload, int64_t blocks, int64_t b) {
-    return reinterpret_cast<uint8_t*>(payload + 4 * blocks + 24 * b);
-  }
+  static int64_t scaleAt(int64_t b) { return 4 * b; }
+  static int64_t planesAt(int64_t blocks, int64_t b) { return 4 * blocks + 24 * b; }
   static SKYTRAIN_AVX2 uint32_t quantise(const __m256* r, float fold, char* payload, int64_t blocks, int64_t b) {
-    return quantiseInt3Registers(r, fold, scale(payload, b), planes(payload, blocks, b));
+    return quantiseInt3Registers(r, fold, payload + scaleAt(b), reinterpret_cast<uint8_t*>(payload + planesAt(blocks, b)));
   }
   static SKYTRAIN_AVX2 void restore(const char* payload, int64_t blocks, int64_t b, float fold, __m256* r) {
     float s;
-    std::memcpy(&s, payload + 4 * b, 4);
-    restoreInt3Registers(reinterpret_cast<const uint8_t*>(payload + 4 * blocks + 24 * b), s * fold, r);
+    std::memcpy(&s, payload + scaleAt(b), 4);
+    restoreInt3Registers(reinterpret_cast<const uint8_t*>(payload + planesAt(blocks, b)), s * fold, r);
   }
   static uint32_t encodePortable(const float* block, char* payload, int64_t blocks, int64_t b) {
-    return encodeBlockPortable(block, scale(payload, b), planes(payload, blocks, b));
+    return encodeBlockPortable(block, payload + scaleAt(b), reinterpret_cast<uint8_t*>(payload + planesAt(blocks, b)));
   }
   static void decodePortable(const char* payload, int64_t blocks, int64_t b, float* block) {
-    decodeBlockPortable(payload + 4 * b, reinterpret_cast<const uint8_t*>(payload + 4 * blocks + 24 * b), block);
+    decodeBlockPortable(payload + scaleAt(b), reinterpret_cast<const uint8_t*>(payload + planesAt(blocks, b)), block);
   }
 };
 

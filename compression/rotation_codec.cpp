@@ -198,7 +198,7 @@ class RotationCodec : public Codec {
     int64_t done = 0;
     if (haveAvx2Fma()) {
       done = n / kRotationBlock / kRotationGroup * kRotationGroup;
-      if (!encodeRotatedInt4Avx2(data, done, scales, packed)) throwNonFinite(x);
+      if (!encodeRotatedInt4Avx2(data, done, scales, packed)) throwNonFiniteOrOverflow("rot", x);
     }
     float block[kRotationBlock];
     for (int64_t b = done; b < padded / kRotationBlock; ++b) {
@@ -209,17 +209,12 @@ class RotationCodec : public Codec {
       for (int64_t half = 0; half < kRotationBlock / kInt4Block; ++half) {
         const int64_t index = b * (kRotationBlock / kInt4Block) + half;
         const uint32_t bits = encodeInt4Block(block + half * kInt4Block, packed + index * kInt4Block / 2);
-        if (bits >= kNonFiniteBits) throwNonFinite(x);
+        if (bits >= kNonFiniteBits) throwNonFiniteOrOverflow("rot", x);
         const float scale = bitsToFloat(bits) / 7.f;
         std::memcpy(scales + 4 * index, &scale, 4);
       }
     }
     return payload;
-  }
-
-  [[noreturn]] static void throwNonFinite(const at::Tensor& x) {
-    requireFinite("rot", x);  // throws, counting them
-    throw Error("rot: rotating overflowed float32 (inputs near 3.4e38)");
   }
 
   at::Tensor decodeFusedInt4(const std::string& payload, int64_t n) const {

@@ -81,11 +81,11 @@ Json PipelineRunner::profileCompute() {
   auto forwardCodec = registry.make(spec_.compression.forward == "auto" ? "none" : spec_.compression.forward);
   auto backwardCodec = registry.make(spec_.compression.backward == "auto" ? "none" : spec_.compression.backward);
   std::vector<std::pair<std::string, std::unique_ptr<compression::Codec>>> forwardOptions, backwardOptions;
-  for (const auto& name : spec_.compression.allowedFor(true)) {
-    if (autoForward) forwardOptions.emplace_back(name, registry.make(name));
+  if (autoForward) {
+    for (const auto& name : spec_.compression.allowedFor(true)) forwardOptions.emplace_back(name, registry.make(name));
   }
-  for (const auto& name : spec_.compression.allowedFor(false)) {
-    if (autoBackward) backwardOptions.emplace_back(name, registry.make(name));
+  if (autoBackward) {
+    for (const auto& name : spec_.compression.allowedFor(false)) backwardOptions.emplace_back(name, registry.make(name));
   }
   Json options = {{"forward", Json::object()}, {"backward", Json::object()}};
   // Encode plus decode of `tensor` by each option at micro-batch size b: the fastest of three.

@@ -106,7 +106,7 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
     }
 
 
-def synchronous_ceiling(compute_s, stages, delay_s, delayed=False):
+def one_f_one_b_bound(compute_s, stages, delay_s, delayed=False):
     """The step a 1F1B-kind synchronous schedule cannot beat when the last stage is the
     slowest (as in this model, whose last stage has the head and the loss): the single
     cloud's step plus the 2(p-1) one-way delays its last stage waits each step, for the
@@ -174,11 +174,11 @@ def throughput_tables():
                 label = "unshaped (single cloud)" if rate == "inf" else f"{rate} Mbit/s, 20 ms"
                 compute = results.get((stages, "inf", strategy), r)["step_s"]
                 link = 0.0 if rate == "inf" else link_limit(r, stages, float(rate), 0.020, "delayed" in strategy)
-                ceiling = synchronous_ceiling(compute, stages, 0.0 if rate == "inf" else 0.020, "delayed" in strategy)
+                bound = one_f_one_b_bound(compute, stages, 0.0 if rate == "inf" else 0.020, "delayed" in strategy)
                 print(f"| {stages} | {label} | `{strategy}` | {r['m']}, {r['schedule']} | "
                       f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f} | {r['step_s']:.4f} | "
                       f"{link:.4f} | {compute:.4f} | {max(link, compute) / r['step_s']:.2f} | "
-                      f"{ceiling:.4f} | {ceiling / r['step_s']:.2f} | "
+                      f"{bound:.4f} | {bound / r['step_s']:.2f} | "
                       f"{r['validation'] if r['validation'] is None else format(r['validation'], '.4f')} | "
                       f"{r['relay_cpu_s']:.4f} |")
     print()
