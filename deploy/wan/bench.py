@@ -146,9 +146,9 @@ STRATEGIES_A = {  # name: (label, forward, backward, update)
 def throughput_tables():
     print(f"### a. Throughput against the single cloud ({STEPS} steps a run)\n")
     print("| stages | links | strategy | m, schedule | samples/s | ratio to unshaped | step s | link limit s | "
-          "compute limit s | larger limit / step | 1F1B bound s (compute + round trips) | that / step | validation loss | "
-          "relay CPU s/step |")
-    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "compute limit s | larger limit / step | 1F1B bound s (compute + round trips) | that / step | "
+          "planner's predicted s | predicted ratio to unshaped | validation loss | relay CPU s/step |")
+    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     results = {}
     for stages in (int(x) for x in os.environ.get("A_STAGES", "2 3").split()):
         for rate in os.environ.get("A_RATES", "inf 100 1000").split():
@@ -175,10 +175,14 @@ def throughput_tables():
                 compute = results.get((stages, "inf", strategy), r)["step_s"]
                 link = 0.0 if rate == "inf" else link_limit(r, stages, float(rate), 0.020, "delayed" in strategy)
                 bound = one_f_one_b_bound(compute, stages, 0.0 if rate == "inf" else 0.020, "delayed" in strategy)
+                # The planner's own model of the plan it ran, and of the same strategy's single
+                # cloud: what its simulator says the schedule can reach on this link.
+                predicted = r["plan"]["step_s"]
+                predicted_base = results.get((stages, "inf", strategy), r)["plan"]["step_s"]
                 print(f"| {stages} | {label} | `{strategy}` | {r['m']}, {r['schedule']} | "
                       f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f} | {r['step_s']:.4f} | "
                       f"{link:.4f} | {compute:.4f} | {max(link, compute) / r['step_s']:.2f} | "
-                      f"{bound:.4f} | {bound / r['step_s']:.2f} | "
+                      f"{bound:.4f} | {bound / r['step_s']:.2f} | {predicted:.4f} | {predicted_base / predicted:.2f} | "
                       f"{r['validation'] if r['validation'] is None else format(r['validation'], '.4f')} | "
                       f"{r['relay_cpu_s']:.4f} |")
     print()
