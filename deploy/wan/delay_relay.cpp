@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <memory>
@@ -85,7 +86,7 @@ class Relay {
   void run() {
     std::vector<epoll_event> events(64);
     while (true) {
-      const int n = epoll_wait(epoll_, events.data(), static_cast<int>(events.size()), timeoutMs());
+      const int n = wait(events, timeout());
       if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("epoll: ") + std::strerror(errno));
       for (int i = 0; i < n; ++i) {
         const int fd = events[i].data.fd;
@@ -133,15 +134,14 @@ class Relay {
     }
   }
 
-  // Reads what is there into the pipe's queue, due `delay_` from now.
+  // Reads what is there into the pipe's queue, due `delay_` from now. A shaped link delivers
+  // many small reads: each takes only its own bytes (one scratch buffer for all reads).
   void pump(Pipe* p) {
     while (!p->readClosed && p->queued < kMaxQueued) {
-      std::string buffer(kChunk, '\0');
-      const ssize_t got = read(p->from, buffer.data(), buffer.size());
+      const ssize_t got = read(p->from, scratch_.data(), scratch_.size());
       if (got > 0) {
-        buffer.resize(static_cast<size_t>(got));
-        p->queued += buffer.size();
-        p->queue.push_back({Clock::now() + delay_, std::move(buffer), 0});
+        p->queued += static_cast<size_t>(got);
+        p->queue.push_back({Clock::now() + delay_, std::string(scratch_.data(), static_cast<size_t>(got)), 0});
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         p->readClosed = true;  // forwarded as a shutdown once the queue drains
       } else {
@@ -184,18 +184,35 @@ class Relay {
     }
   }
 
-  int timeoutMs() const {
-    int timeout = 100;
+  // Until the next chunk falls due (at most 100 ms; 1 ms when one is due but its socket was
+  // full).
+  std::chrono::microseconds timeout() const {
+    using std::chrono::microseconds;
+    microseconds timeout(100'000);
     const auto now = Clock::now();
     for (const auto& c : connections_) {
       for (const Pipe* p : {&c->up, &c->down}) {
         if (p->queue.empty()) continue;
-        const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(p->queue.front().due - now).count();
-        timeout = std::min<int>(timeout, std::max<int>(0, static_cast<int>(wait)));
-        if (p->queue.front().due <= now) timeout = 1;  // the socket was full: retry soon
+        const auto due = p->queue.front().due;
+        timeout = std::min(timeout, due <= now ? microseconds(1000)
+                                               : std::chrono::ceil<microseconds>(due - now));
       }
     }
     return timeout;
+  }
+
+  // epoll_wait to the microsecond (epoll_pwait2). Where the kernel lacks it, whole
+  // milliseconds rounded up: rounding down would spin through the last millisecond of every
+  // chunk's delay.
+  int wait(std::vector<epoll_event>& events, std::chrono::microseconds timeout) {
+    const int capacity = static_cast<int>(events.size());
+    if (havePwait2_) {
+      const timespec t{static_cast<time_t>(timeout.count() / 1'000'000), static_cast<long>(timeout.count() % 1'000'000 * 1000)};
+      const int n = epoll_pwait2(epoll_, events.data(), capacity, &t, nullptr);
+      if (n >= 0 || errno != ENOSYS) return n;
+      havePwait2_ = false;
+    }
+    return epoll_wait(epoll_, events.data(), capacity, static_cast<int>((timeout.count() + 999) / 1000));
   }
 
   sockaddr_in target_;
@@ -204,6 +221,8 @@ class Relay {
   int listener_ = -1;
   std::vector<std::shared_ptr<Connection>> connections_;
   std::map<int, Pipe*> pipeOf_;
+  std::vector<char> scratch_ = std::vector<char>(kChunk);
+  bool havePwait2_ = true;
 };
 
 }  // namespace
