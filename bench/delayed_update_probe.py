@@ -60,11 +60,11 @@ def train(a, seed):
         for group in optimizer.param_groups:
             group["lr"] = tp.learning_rate(a, step)
         current = [p.detach().clone() for p in params]
-        delayed = a.update == "delayed" and step >= 1
+        delayed = a.update == "delayed" and step >= max(1, a.sync_steps)
         with torch.no_grad():
             for p, s, w, o in zip(params, stale, before, older):
                 if delayed and s:
-                    p.copy_(2 * w - o if a.predict and step >= 2 else w)
+                    p.copy_(2 * w - o if a.predict and step >= max(2, a.sync_steps + 1) else w)
         optimizer.zero_grad()
         for first in range(0, a.batch, a.micro):
             x, y = data.batch(step, first, a.micro)
@@ -88,6 +88,7 @@ def main():
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--beta1", type=float, default=0.9)
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--sync-steps", type=int, default=0, help="the first N steps update synchronously")
     p.add_argument("--seeds", default="1,2,3")
     a = p.parse_args()
     # The demo recipe (deploy/jobs/gpt-web.json at 300 steps, m = 4).
