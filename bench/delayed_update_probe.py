@@ -56,6 +56,7 @@ def train(a, seed):
     optimizer = torch.optim.AdamW(params, lr=a.lr, betas=(a.beta1, 0.95), weight_decay=0.01)
     data = tp.Corpus(a.data, a.seq_len, seed)
     older = before = [p.detach().clone() for p in params]  # W(t-2), W(t-1)
+    previous_norm = None
     for step in range(a.steps):
         for group in optimizer.param_groups:
             group["lr"] = tp.learning_rate(a, step)
@@ -70,7 +71,14 @@ def train(a, seed):
             x, y = data.batch(step, first, a.micro)
             loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1)) * a.micro / a.batch
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if a.clip == "now":
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+        else:  # by the previous step's global norm: no stage waits for this step's
+            norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
+            if previous_norm is not None and previous_norm > 1.0:
+                for p in params:
+                    p.grad.mul_(1.0 / previous_norm)
+            previous_norm = float(norm)
         with torch.no_grad():
             for p, c in zip(params, current):
                 p.copy_(c)
@@ -89,6 +97,8 @@ def main():
     p.add_argument("--beta1", type=float, default=0.9)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--sync-steps", type=int, default=0, help="the first N steps update synchronously")
+    p.add_argument("--clip", choices=["now", "previous"], default="now",
+                   help="clip to norm 1 by this step's global gradient norm, or by the previous step's")
     p.add_argument("--seeds", default="1,2,3")
     a = p.parse_args()
     # The demo recipe (deploy/jobs/gpt-web.json at 300 steps, m = 4).
