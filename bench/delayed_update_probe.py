@@ -29,6 +29,7 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_pipeline as tp  # noqa: E402
 
+CLIP = 1.0  # the recipe's clip_norm
 FIRST_STAGE = ("tok_emb", "pos_emb", "blocks.block0.", "blocks.block1.")  # the demo's stage 0
 DELAYED = {
     "all": lambda name: True,
@@ -72,16 +73,17 @@ def train(a, seed):
             loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1)) * a.micro / a.batch
             loss.backward()
         if a.clip == "now":
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            torch.nn.utils.clip_grad_norm_(params, CLIP)
         else:  # by the previous step's global norm: no stage waits for this step's
             norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
-            if previous_norm is not None and previous_norm > 1.0:
+            if previous_norm is not None and previous_norm > CLIP:
                 for p in params:
-                    p.grad.mul_(1.0 / previous_norm)
+                    p.grad.mul_(CLIP / previous_norm)
             previous_norm = float(norm)
-        with torch.no_grad():
-            for p, c in zip(params, current):
-                p.copy_(c)
+        if delayed:  # the update applies to the current weights
+            with torch.no_grad():
+                for p, c in zip(params, current):
+                    p.copy_(c)
         optimizer.step()
         older, before = before, current
     return validation_loss(model, a.data)
@@ -98,7 +100,7 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--sync-steps", type=int, default=0, help="the first N steps update synchronously")
     p.add_argument("--clip", choices=["now", "previous"], default="now",
-                   help="clip to norm 1 by this step's global gradient norm, or by the previous step's")
+                   help="clip to the norm CLIP by this step's global gradient norm, or by the previous step's")
     p.add_argument("--seeds", default="1,2,3")
     a = p.parse_args()
     # The demo recipe (deploy/jobs/gpt-web.json at 300 steps, m = 4).

@@ -172,13 +172,14 @@ def throughput_tables():
                 best = results.get((stages, "inf", "none, best m of a sweep"), results.get((stages, "inf", "none")))
                 base = (best or results[(stages, "inf", strategy)])["samples_per_s"]
                 label = "unshaped (single cloud)" if rate == "inf" else f"{rate} Mbit/s, 20 ms"
-                compute = results.get((stages, "inf", strategy), r)["step_s"]
+                single = results.get((stages, "inf", strategy), r)  # the same strategy unshaped
+                compute = single["step_s"]
                 link = 0.0 if rate == "inf" else link_limit(r, stages, float(rate), 0.020, "delayed" in strategy)
                 bound = one_f_one_b_bound(compute, stages, 0.0 if rate == "inf" else 0.020, "delayed" in strategy)
                 # The planner's own model of the plan it ran, and of the same strategy's single
                 # cloud: what its simulator says the schedule can reach on this link.
                 predicted = r["plan"]["step_s"]
-                predicted_base = results.get((stages, "inf", strategy), r)["plan"]["step_s"]
+                predicted_base = single["plan"]["step_s"]
                 print(f"| {stages} | {label} | `{strategy}` | {r['m']}, {r['schedule']} | "
                       f"{r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f} | {r['step_s']:.4f} | "
                       f"{link:.4f} | {compute:.4f} | {max(link, compute) / r['step_s']:.2f} | "
