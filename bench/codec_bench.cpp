@@ -1,5 +1,6 @@
 // Codec throughput, side by side with memcpy of the same buffer on the same thread.
-// Usage: codec_bench [--threads N] [--seconds S] [--only SPEC,SPEC...]   (prints a Markdown table)
+// Usage: codec_bench [--threads N] [--seconds S] [--only SPEC,SPEC...]   (prints a Markdown table;
+// --only takes any codec spec, e.g. "q13,int8+zstd")
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -46,10 +47,13 @@ int main(int argc, char** argv) {
   skytrain::daemon::keepFreedMemory();  // as skytraind does: freed tensors keep their pages
   std::vector<std::string> specs = {"none", "fp16", "bf16", "int8", "int4", "int4+rot", "int3", "int3+rot", "q13", "q13+rot", "ef(int4+rot)", "int8+rot+svd:0.2", "ef(int8)", "topk:0.05", "topk:0.01",
                                           "int8+topk:0.05", "svd:rank=8", "fp16+svd:rank=8", "svd:rank=64", "fp16+svd:0.2"};
-  if (!only.empty()) {
-    std::vector<std::string> kept;
-    for (const auto& spec : specs) {
-      if (spec == "none" || only.find("," + spec + ",") != std::string::npos) kept.push_back(spec);
+  if (!only.empty()) {  // "none" (the memcpy row's peer) and the listed specs, in their order
+    std::vector<std::string> kept = {"none"};
+    for (size_t start = 1; start < only.size();) {
+      const size_t end = only.find(',', start);
+      const std::string spec = only.substr(start, end - start);
+      if (!spec.empty() && spec != "none") kept.push_back(spec);
+      start = end + 1;
     }
     specs = kept;
   }

@@ -195,7 +195,8 @@ def compression_table():
     print("| forward / backward | step time (s, mean) | relative to none | bytes/step | validation loss, mean (min-max) | m |")
     print("|---|---:|---:|---:|---|---|")
     strategies = [("none", "none"), ("fp16", "fp16"), ("int8", "int8"), ("fp16+svd:0.6", "int8"),
-                  ("fp16+svd:0.2", "int8"), ("topk:0.1", "topk:0.1")]
+                  ("fp16+svd:0.2", "int8"), ("topk:0.1", "topk:0.1"), ("q13", "q13"), ("q13+rot", "q13+rot"),
+                  ("auto", "auto")]
     if os.environ.get("STRATEGIES"):  # "F/B,F/B": these rows instead
         strategies = [tuple(pair.split("/", 1)) for pair in os.environ["STRATEGIES"].split(",")]
     runs = with_testbed("100:20", lambda: [(f, b, [run_job(2, f, b, seed=k) for k in range(1, SEEDS + 1)])

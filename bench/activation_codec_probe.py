@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""What a 4-bit activation codec costs the demo model, computed independently of skytrain
+(docs/EXPERIMENTS.md, "Four bits an activation on the demo model").
+
+One process trains the demo GPT (bench/torch_pipeline.py's modules, skytrain's initialisation,
+sampling, learning-rate schedule, AdamW and clipping, as bench/delayed_update_probe.py) with the
+synchronous update, and passes the activation between block 1 and block 2 (the demo's stage
+boundary) through a simulated codec: forward, the decoded value; backward, the gradient
+unchanged (what the next stage computes its input gradient at and sends back). --backward
+simulates a codec on that gradient too.
+
+Codecs (64-element blocks of the flattened tensor, as compression/):
+  none       the activation as it is
+  q13        thirteen levels, scale = absmax / 6 rounded up to bfloat16 (compression/q13_codec.cpp)
+  q13+rot    the same on each block after an orthonormal 64-point Hadamard rotation
+  X@chan     X after dividing each channel by a per-channel scale both sides know without bytes:
+             the root mean square of that channel over the previous decoded message (the first
+             message goes without)
+  X@chanex   the same with this message's own per-channel scale (an upper bound: it would
+             cost d_model scales a message)
+  X@ef       X with error feedback: the previous message's error is added before encoding
+  int4       fifteen levels a 32-block, float32 scale absmax / 7 (compression/int4_codec.cpp)
+
+Usage: /usr/bin/python3 bench/activation_codec_probe.py --data web.txt --forward q13+rot@chan --seeds 1,2,3
+"""
+import argparse
+import math
+import os
+import sys
+import types
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_pipeline as tp  # noqa: E402
+from delayed_update_probe import CLIP, validation_loss  # noqa: E402
+
+BLOCK = 64
+
+
+def hadamard(n):
+    h = torch.ones(1, 1)
+    while h.size(0) < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / math.sqrt(n)
+
+
+H = hadamard(BLOCK)
+
+
+def bf16_up(x):
+    """Rounds a positive float32 up to the next bfloat16 (as the codec stores its scale)."""
+    r = x.to(torch.bfloat16).to(torch.float32)
+    bumped = (r.view(torch.int32) + 0x10000).view(torch.float32)
+    return torch.where(r < x, bumped, r)
+
+
+def q13(blocks):
+    scale = bf16_up(blocks.abs().amax(1, keepdim=True) / 6)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.clamp(torch.round(blocks / safe), -6, 6) * scale
+
+
+def int4(blocks):
+    """compression/int4_codec.cpp: 32-blocks, fifteen levels, a float32 scale absmax / 7."""
+    halves = blocks.reshape(-1, 32)
+    scale = halves.abs().amax(1, keepdim=True) / 7
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return (torch.clamp(torch.round(halves / safe), -7, 7) * scale).reshape(blocks.shape)
+
+
+BASES = {"q13": q13, "int4": int4}
+
+
+class Codec:
+    """One direction's codec, with the state both ends would keep (the previous message's scales)."""
+
+    def __init__(self, spec):
+        self.base, _, self.chan = spec.partition("@")
+        self.previous = None  # per-channel RMS of the previous decoded message
+        self.residual = None  # error feedback's carried error
+
+    def __call__(self, x):
+        if self.base == "none":
+            return x
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        scale = None
+        if self.chan == "chanex":
+            scale = flat.pow(2).mean(0).sqrt().clamp_min(1e-12)
+        elif self.chan == "chan":
+            scale = self.previous
+        if scale is not None:
+            flat = flat / scale
+        if self.chan == "ef" and self.residual is not None and self.residual.shape == flat.shape:
+            flat = flat + self.residual
+        blocks = flat.reshape(-1, BLOCK)
+        name, rotated = self.base.removesuffix("+rot"), self.base.endswith("+rot")
+        if name not in BASES:
+            raise SystemExit(f"unknown codec {self.base}")
+        decoded = BASES[name](blocks @ H) @ H.t() if rotated else BASES[name](blocks)
+        decoded = decoded.reshape(flat.shape)
+        if self.chan == "ef":
+            self.residual = flat - decoded
+        if scale is not None:
+            decoded = decoded * scale
+        if self.chan == "chan":
+            self.previous = decoded.pow(2).mean(0).sqrt().clamp_min(1e-12)
+        return decoded.reshape(shape)
+
+
+class Boundary(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, forward, backward):
+        ctx.backward = backward
+        return forward(x.detach())
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.backward(grad), None, None
+
+
+class Split(torch.nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.first = tp.Slice(a, 0, a.cut)
+        self.second = tp.Slice(a, a.cut, a.layers)
+        self.forward_codec = Codec(a.forward)
+        self.backward_codec = Codec(a.backward)
+        self.coded = True
+
+    def forward(self, x):
+        h = self.first(x)
+        if self.coded:
+            h = Boundary.apply(h, self.forward_codec, self.backward_codec)
+        return self.second(h)
+
+
+def train(a, seed):
+    model = Split(a)
+    # Both slices initialised as one model, so seeds match delayed_update_probe.py's.
+    whole = tp.Slice(a, 0, a.layers)
+    tp.initialise(whole, a.layers, seed)
+    source = dict(whole.named_parameters())
+    with torch.no_grad():
+        for name, p in model.first.named_parameters():
+            p.copy_(source[name])
+        for name, p in model.second.named_parameters():
+            p.copy_(source[name])
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    data = tp.Corpus(a.data, a.seq_len, seed)
+    for step in range(a.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = tp.learning_rate(a, step)
+        optimizer.zero_grad()
+        for first in range(0, a.batch, a.micro):
+            x, y = data.batch(step, first, a.micro)
+            loss = F.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1)) * a.micro / a.batch
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, CLIP)
+        optimizer.step()
+    model.coded = a.eval_coded
+    return validation_loss(model, a.data)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--forward", default="none")
+    p.add_argument("--backward", default="none")
+    p.add_argument("--eval-coded", action="store_true", help="validate through the codec too")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--seeds", default="1,2,3")
+    a = p.parse_args()
+    a.__dict__.update(vocab=256, d_model=128, heads=4, layers=4, cut=2, d_ff=512, seq_len=128, dropout=0.0,
+                      batch=16, micro=4, min_lr=a.lr / 10, warmup_lr_steps=30)
+    torch.set_num_threads(1)
+    losses = []
+    for seed in map(int, a.seeds.split(",")):
+        losses.append(train(types.SimpleNamespace(**vars(a)), seed))
+        print(f"seed {seed}: validation {losses[-1]:.4f}", flush=True)
+    print(f"mean {sum(losses) / len(losses):.4f}")
+
+
+if __name__ == "__main__":
+    main()
