@@ -37,7 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_pipeline as tp  # noqa: E402
-from delayed_update_probe import CLIP, validation_loss  # noqa: E402
+from delayed_update_probe import CLIP, run_seeds, validation_loss  # noqa: E402
 
 BLOCK = 64
 
@@ -178,14 +178,8 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--seeds", default="1,2,3")
     a = p.parse_args()
-    a.__dict__.update(vocab=256, d_model=128, heads=4, layers=4, cut=2, d_ff=512, seq_len=128, dropout=0.0,
-                      batch=16, micro=4, min_lr=a.lr / 10, warmup_lr_steps=30)
-    torch.set_num_threads(1)
-    losses = []
-    for seed in map(int, a.seeds.split(",")):
-        losses.append(train(types.SimpleNamespace(**vars(a)), seed))
-        print(f"seed {seed}: validation {losses[-1]:.4f}", flush=True)
-    print(f"mean {sum(losses) / len(losses):.4f}")
+    a.cut = 2  # the demo's stage boundary: blocks [0, 2) and [2, 4)
+    run_seeds(a, train)
 
 
 if __name__ == "__main__":

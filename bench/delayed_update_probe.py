@@ -102,8 +102,12 @@ def main():
     p.add_argument("--clip", choices=["now", "previous"], default="now",
                    help="clip to the norm CLIP by this step's global gradient norm, or by the previous step's")
     p.add_argument("--seeds", default="1,2,3")
-    a = p.parse_args()
-    # The demo recipe (deploy/jobs/gpt-web.json at 300 steps, m = 4).
+    run_seeds(p.parse_args(), train)
+
+
+def run_seeds(a, train):
+    """Trains the demo recipe (deploy/jobs/gpt-web.json, m = 4) once per seed of a.seeds with
+    train(args, seed) -> validation loss, and prints each and their mean."""
     a.__dict__.update(vocab=256, d_model=128, heads=4, layers=4, d_ff=512, seq_len=128, dropout=0.0,
                       batch=16, micro=4, min_lr=a.lr / 10, warmup_lr_steps=30)
     torch.set_num_threads(1)
