@@ -20,6 +20,9 @@ Codecs (64-element blocks of the flattened tensor, as compression/):
              cost d_model scales a message)
   X@ef       X with error feedback: the previous message's error is added before encoding
   int4       fifteen levels a 32-block, float32 scale absmax / 7 (compression/int4_codec.cpp)
+  int6       sixty-three levels a 64-block, scale absmax / 31 (not in compression/)
+  t3sr, t3   ternary {-absmax, 0, absmax} a 64-block, stochastic (unbiased) or nearest
+             rounding (not in compression/)
 
 Usage: /usr/bin/python3 bench/activation_codec_probe.py --data web.txt --forward q13+rot@chan --seeds 1,2,3
 """
@@ -73,7 +76,32 @@ def int4(blocks):
     return (torch.clamp(torch.round(halves / safe), -7, 7) * scale).reshape(blocks.shape)
 
 
-BASES = {"q13": q13, "int4": int4}
+def int6(blocks):
+    """Sixty-three levels a 64-block, scale absmax / 31 (six bits an element)."""
+    scale = blocks.abs().amax(1, keepdim=True) / 31
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    return torch.clamp(torch.round(blocks / safe), -31, 31) * scale
+
+
+STOCHASTIC = torch.Generator().manual_seed(11)
+
+
+def t3sr(blocks):
+    """Ternary with stochastic rounding: each element becomes sign(x) * absmax with probability
+    |x| / absmax, else 0, so the decoded value is unbiased (about 1.6 bits an element)."""
+    scale = bf16_up(blocks.abs().amax(1, keepdim=True))
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    keep = torch.rand(blocks.shape, generator=STOCHASTIC) < blocks.abs() / safe
+    return torch.where(keep, torch.sign(blocks) * scale, torch.zeros_like(blocks))
+
+
+def t3(blocks):
+    """Ternary, nearest: sign(x) * absmax where |x| > absmax / 2, else 0 (biased)."""
+    scale = bf16_up(blocks.abs().amax(1, keepdim=True))
+    return torch.where(blocks.abs() * 2 > scale, torch.sign(blocks) * scale, torch.zeros_like(blocks))
+
+
+BASES = {"q13": q13, "int4": int4, "int6": int6, "t3sr": t3sr, "t3": t3}
 
 
 class Codec:
