@@ -62,25 +62,26 @@ def bf16_up(x):
     return torch.where(r < x, bumped, r)
 
 
-def q13(blocks):
-    scale = bf16_up(blocks.abs().amax(1, keepdim=True) / 6)
+def uniform(blocks, half, round_scale=lambda s: s):
+    """Levels -half..half a row, scale = round_scale(absmax / half); an all-zero row stays zero."""
+    scale = round_scale(blocks.abs().amax(1, keepdim=True) / half)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    return torch.clamp(torch.round(blocks / safe), -6, 6) * scale
+    return torch.clamp(torch.round(blocks / safe), -half, half) * scale
+
+
+def q13(blocks):
+    """compression/q13_codec.cpp: thirteen levels, the scale rounded up to bfloat16."""
+    return uniform(blocks, 6, bf16_up)
 
 
 def int4(blocks):
     """compression/int4_codec.cpp: 32-blocks, fifteen levels, a float32 scale absmax / 7."""
-    halves = blocks.reshape(-1, 32)
-    scale = halves.abs().amax(1, keepdim=True) / 7
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    return (torch.clamp(torch.round(halves / safe), -7, 7) * scale).reshape(blocks.shape)
+    return uniform(blocks.reshape(-1, 32), 7).reshape(blocks.shape)
 
 
 def int6(blocks):
     """Sixty-three levels a 64-block, scale absmax / 31 (six bits an element)."""
-    scale = blocks.abs().amax(1, keepdim=True) / 31
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    return torch.clamp(torch.round(blocks / safe), -31, 31) * scale
+    return uniform(blocks, 31)
 
 
 STOCHASTIC = torch.Generator().manual_seed(11)
@@ -109,6 +110,11 @@ class Codec:
 
     def __init__(self, spec):
         self.base, _, self.chan = spec.partition("@")
+        self.rotated = self.base.endswith("+rot")
+        name = self.base.removesuffix("+rot")
+        if self.base != "none" and name not in BASES:
+            raise SystemExit(f"unknown codec {self.base} (known: none, {', '.join(BASES)}, each with +rot)")
+        self.quantise = BASES.get(name)
         self.previous = None  # per-channel RMS of the previous decoded message
         self.residual = None  # error feedback's carried error
 
@@ -127,10 +133,7 @@ class Codec:
         if self.chan == "ef" and self.residual is not None and self.residual.shape == flat.shape:
             flat = flat + self.residual
         blocks = flat.reshape(-1, BLOCK)
-        name, rotated = self.base.removesuffix("+rot"), self.base.endswith("+rot")
-        if name not in BASES:
-            raise SystemExit(f"unknown codec {self.base}")
-        decoded = BASES[name](blocks @ H) @ H.t() if rotated else BASES[name](blocks)
+        decoded = self.quantise(blocks @ H) @ H.t() if self.rotated else self.quantise(blocks)
         decoded = decoded.reshape(flat.shape)
         if self.chan == "ef":
             self.residual = flat - decoded
