@@ -19,8 +19,12 @@ Codecs (64-element blocks of the flattened tensor, as compression/):
   X@chanex   the same with this message's own per-channel scale (an upper bound: it would
              cost d_model scales a message)
   X@ef       X with error feedback: the previous message's error is added before encoding
+  X@pred     X on the activation less a prediction both ends can make: a table by token ID
+             plus one by position, each an average of earlier decoded messages
   int4       fifteen levels a 32-block, float32 scale absmax / 7 (compression/int4_codec.cpp)
   int6       sixty-three levels a 64-block, scale absmax / 31 (not in compression/)
+  bf16       each element rounded to bfloat16 (the control: a perturbation with no quality
+             cost expected)
   t3sr, t3   ternary {-absmax, 0, absmax} a 64-block, stochastic (unbiased) or nearest
              rounding (not in compression/)
 
@@ -102,7 +106,12 @@ def t3(blocks):
     return torch.where(blocks.abs() * 2 > scale, torch.sign(blocks) * scale, torch.zeros_like(blocks))
 
 
-BASES = {"q13": q13, "int4": int4, "int6": int6, "t3sr": t3sr, "t3": t3}
+def bf16(blocks):
+    """Round to nearest bfloat16 (compression/'s bf16): the control, 2x, eight significant bits."""
+    return blocks.to(torch.bfloat16).to(torch.float32)
+
+
+BASES = {"q13": q13, "int4": int4, "int6": int6, "t3sr": t3sr, "t3": t3, "bf16": bf16}
 
 
 class Codec:
@@ -117,6 +126,9 @@ class Codec:
         self.quantise = BASES.get(name)
         self.previous = None  # per-channel RMS of the previous decoded message
         self.residual = None  # error feedback's carried error
+        self.ids = None  # @pred: this message's token IDs (the receiver knows them from its targets)
+        self.by_token = self.by_position = None  # @pred: the shared predictor's tables
+        self.energy = []  # @pred: |x - prediction|^2 / |x|^2 of each message
 
     def __call__(self, x):
         if self.base == "none":
@@ -132,16 +144,44 @@ class Codec:
             flat = flat / scale
         if self.chan == "ef" and self.residual is not None and self.residual.shape == flat.shape:
             flat = flat + self.residual
+        prediction = None
+        if self.chan == "pred":
+            prediction = self.predict(x.shape).reshape(flat.shape)
+            self.energy.append((flat - prediction).pow(2).sum().item() / max(flat.pow(2).sum().item(), 1e-30))
+            flat = flat - prediction
         blocks = flat.reshape(-1, BLOCK)
         decoded = self.quantise(blocks @ H) @ H.t() if self.rotated else self.quantise(blocks)
         decoded = decoded.reshape(flat.shape)
         if self.chan == "ef":
             self.residual = flat - decoded
+        if prediction is not None:
+            decoded = decoded + prediction
+            self.learn(decoded.reshape(shape))
         if scale is not None:
             decoded = decoded * scale
         if self.chan == "chan":
             self.previous = decoded.pow(2).mean(0).sqrt().clamp_min(1e-12)
         return decoded.reshape(shape)
+
+
+    def predict(self, shape):
+        """@pred: by_token[id] + by_position[t], both learnt from decoded messages only, so the
+        sender and the receiver hold the same tables."""
+        if self.by_token is None:
+            self.by_token = torch.zeros(256, shape[-1])
+            self.by_position = torch.zeros(shape[1], shape[-1])
+        return self.by_token[self.ids] + self.by_position[: shape[1]].unsqueeze(0)
+
+    def learn(self, decoded, rate=0.5):
+        d = decoded.shape[-1]
+        ids = self.ids.reshape(-1)
+        rows = (decoded - self.by_position[: decoded.shape[1]].unsqueeze(0)).reshape(-1, d)
+        sums = torch.zeros(256, d).index_add_(0, ids, rows)
+        counts = torch.zeros(256).index_add_(0, ids, torch.ones(ids.numel()))
+        seen = counts > 0
+        self.by_token[seen] += rate * (sums[seen] / counts[seen].unsqueeze(1) - self.by_token[seen])
+        rest = decoded - self.by_token[self.ids]
+        self.by_position[: decoded.shape[1]] += rate * (rest.mean(0) - self.by_position[: decoded.shape[1]])
 
 
 class Boundary(torch.autograd.Function):
@@ -166,6 +206,7 @@ class Split(torch.nn.Module):
 
     def forward(self, x):
         h = self.first(x)
+        self.forward_codec.ids = x
         if self.coded:
             h = Boundary.apply(h, self.forward_codec, self.backward_codec)
         return self.second(h)
@@ -196,6 +237,11 @@ def train(a, seed):
         torch.nn.utils.clip_grad_norm_(params, CLIP)
         optimizer.step()
     model.coded = a.eval_coded
+    energy = model.forward_codec.energy
+    if energy:
+        marks = [0, len(energy) // 4, len(energy) // 2, len(energy) - 1]
+        print("  residual energy after the prediction: " +
+              ", ".join(f"message {i}: {energy[i]:.3f}" for i in marks), flush=True)
     return validation_loss(model, a.data)
 
 

@@ -1,6 +1,7 @@
 #include "compression/codec_registry.h"
 
 #include "compression/codecs.h"
+#include "compression/side_tokens.h"
 #include "scheduler/error.h"
 
 namespace skytrain::compression {
@@ -54,6 +55,9 @@ void CodecRegistry::add(const std::string& name, Factory factory) {
 std::unique_ptr<Codec> CodecRegistry::make(const std::string& spec) const {
   if (spec.empty()) throw Error("codec spec is empty");
   const auto items = splitChain(spec);
+  for (size_t i = 0; i + 1 < items.size(); ++i) {
+    if (items[i] == "pred") throw Error("codec spec \"" + spec + "\": \"pred\" must be the last element");
+  }
   return makeChain(items, items.size(), spec);
 }
 
@@ -101,9 +105,12 @@ void registerBuiltinCodecs(CodecRegistry& registry) {
   registry.add("tokens", makeTokenCodec);
   registry.add("zstd", makeZstdCodec);
   registry.add("rot", makeRotationCodec);
+  registry.add("pred", makePredictiveCodec);
   registry.add("ef", [&registry](const std::string& argument, std::unique_ptr<Codec> inner) {
     if (inner) throw Error("ef(...) must stand alone or outermost, not right of '+'");
-    return makeErrorFeedbackCodec(registry.make(argument));
+    auto wrapped = registry.make(argument);
+    if (tokenConditioned(*wrapped)) throw Error("ef(...) cannot wrap \"pred\": put it outside, as in ef(q13)+pred");
+    return makeErrorFeedbackCodec(std::move(wrapped));
   });
 }
 

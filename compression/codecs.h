@@ -25,6 +25,8 @@ CodecPtr makeSvdCodec(const std::string& argument, CodecPtr inner);   // "svd:<r
 CodecPtr makeTokenCodec(const std::string& argument, CodecPtr inner);  // "tokens": IDs + bit-packed labels
 CodecPtr makeZstdCodec(const std::string& argument, CodecPtr inner);      // "<inner>+zstd": lossless bytes
 CodecPtr makeRotationCodec(const std::string& argument, CodecPtr inner);  // "<inner>+rot": Hadamard rotation
+// "<inner>+pred": the inner codec on the tensor less a prediction from its token IDs (side_tokens.h).
+CodecPtr makePredictiveCodec(const std::string& argument, CodecPtr inner);
 // Adds each message's residual (input minus what the receiver decodes) to the next one.
 CodecPtr makeErrorFeedbackCodec(CodecPtr inner);
 

@@ -2,6 +2,7 @@
 // stage's loss, a classifier's accuracy and a translation's BLEU (greedy decoding).
 #include <torch/torch.h>
 
+#include "compression/side_tokens.h"
 #include "daemon/pipeline_runner.h"
 #include "stages/bleu.h"
 #include "stages/parallel_data.h"
@@ -20,12 +21,17 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
   const bool classifier = spec_.model.kind == "classifier";
   const bool translation = spec_.model.kind == "translation";
   std::vector<std::string> hypotheses, references;
+  // A codec that learns from its messages ("+pred") starts each validation pass from the
+  // training stream's state and leaves that state as it was; the receiver does the same
+  // (receive()).
+  if (next_ && compression::tokenConditioned(*evalCodec_)) evalCodec_->loadState(steady_.forward->state());
   for (int chunk = 0; chunk * b < samples; ++chunk) {
     const int count = std::min(b, samples - chunk * b);
     stages::TokenBatch batch;
     if (data_) batch = onDevice(masked(data_->validationBatch(chunk * b, count), kEvalMaskStream, chunk * b));
     const at::Tensor input =
-        isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Eval, step, chunk, boundaryShape(stage_, count));
+        isFirst() ? batch.inputs
+                  : receive(*previous_, FrameDirection::Eval, step, chunk, boundaryShape(stage_, count), batch.inputs);
     if (isLast() && data_) model_->setTargets(batch.targets);
     const at::Tensor output = model_->infer(input);
     if (isLast()) {
@@ -35,7 +41,7 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
       if (classifier) correct += output.mean(1).argmax(-1).eq(batch.targets).sum().item<double>();
       if (translation) translate(input, chunk * b, hypotheses, references);
     } else {
-      transmit(*next_, *evalCodec_, FrameDirection::Eval, step, chunk, stage_ + 1, output);
+      transmit(*next_, *evalCodec_, FrameDirection::Eval, step, chunk, stage_ + 1, output, batch.inputs);
     }
   }
   if (!isLast()) return std::nullopt;

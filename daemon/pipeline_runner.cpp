@@ -221,7 +221,8 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
   stages::TokenBatch batch;
   if (data_) batch = onDevice(masked(data_->trainBatch(step, first, b), step, first));
   const at::Tensor input =
-      isFirst() ? batch.inputs : receive(*previous_, FrameDirection::Forward, step, microBatch, boundaryShape(stage_, b));
+      isFirst() ? batch.inputs
+                : receive(*previous_, FrameDirection::Forward, step, microBatch, boundaryShape(stage_, b), batch.inputs);
   at::Tensor output;
   {
     Timed timed(computeSeconds_);
@@ -243,7 +244,7 @@ void PipelineRunner::forward(uint64_t step, int microBatch, double& lossSum) {
       return;
     }
   }
-  transmit(*next_, *codecsFor(step).forward, FrameDirection::Forward, step, microBatch, stage_ + 1, output);
+  transmit(*next_, *codecsFor(step).forward, FrameDirection::Forward, step, microBatch, stage_ + 1, output, batch.inputs);
 }
 
 void PipelineRunner::backward(uint64_t step, int microBatch) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -225,9 +226,11 @@ class PipelineRunner {
   std::vector<std::pair<std::string, at::Tensor>> gradients(stages::Stage& copy) const;
   // With replicas: every copy's gradients become the whole batch's (timed as the all-reduce).
   void averageOverReplicas(const std::vector<std::pair<std::string, at::Tensor>>& gradients);
-  // The next frame, checked to carry expectedShape (float32) before it is decoded.
+  // The next frame, checked to carry expectedShape (float32) before it is decoded; `tokens`,
+  // where this stage holds them, are the micro-batch's token IDs for a codec that predicts
+  // from them (compression/side_tokens.h).
   at::Tensor receive(PeerLink& link, compression::FrameDirection direction, uint64_t step, int microBatch,
-                     const std::vector<int64_t>& expectedShape);
+                     const std::vector<int64_t>& expectedShape, const at::Tensor& tokens = at::Tensor());
   // Shape of what crosses into `stage` for `samples` sequences.
   std::vector<int64_t> boundaryShape(int stage, int64_t samples) const;
   // A frame's header fields, addressed to `toStage`; the caller fills in the tensor.
@@ -243,8 +246,16 @@ class PipelineRunner {
   nlohmann::json probeLinks(uint64_t step);
   at::Tensor randomInput(int64_t samples, at::Generator& generator) const;
   void transmit(PeerLink& link, compression::Codec& codec, compression::FrameDirection direction,
-                uint64_t step, int microBatch, uint16_t toStage, const at::Tensor& tensor);
+                uint64_t step, int microBatch, uint16_t toStage, const at::Tensor& tensor,
+                const at::Tensor& tokens = at::Tensor());
   compression::Codec& decoderFor(const std::string& spec);
+  // The decoder of one stream (a direction's frames): a stateful decoder ("+pred") must see
+  // exactly the messages its encoder saw, in their order.
+  compression::Codec& streamDecoder(compression::FrameDirection direction, const std::string& spec);
+  // restore()'s part for them: the snapshot's "decoder/<direction>/<spec>/<name>" tensors
+  // replace every stream decoder (a stream absent from it starts afresh).
+  void restoreDecoders(const std::map<std::string, at::Tensor>& tensors, std::set<std::string>& used,
+                       const std::string& where);
   uint64_t bytesSent() const;
 
   protocol::JobSpec spec_;  // batchSize: this copy's share of the batch
@@ -270,6 +281,7 @@ class PipelineRunner {
   std::string steadyForward_, steadyBackward_;      // the specs steady_ was made from
   CodecPair* codecs_ = &steady_;                     // the phase of the current step
   std::map<std::string, std::unique_ptr<compression::Codec>> decoders_;
+  std::map<std::string, std::unique_ptr<compression::Codec>> streamDecoders_;  // "<direction>/<spec>"
   std::unique_ptr<PeerLink> previous_;
   std::unique_ptr<PeerLink> next_;
   bool fanIn_ = false;

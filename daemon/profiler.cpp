@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compression/codec_registry.h"
+#include "compression/side_tokens.h"
 #include "daemon/pipeline_runner.h"
 #include "daemon/replica_group.h"
 #include "daemon/timing.h"
@@ -140,6 +141,9 @@ Json PipelineRunner::profileCompute() {
         grad = logits.grad();
       } else {
         const double modelSeconds = secondsSince(start);
+        if (auto* conditioned = compression::tokenConditioned(*forwardCodec)) {  // "+pred": a first stage's
+          conditioned->setTokens(isFirst() ? input : torch::zeros({b, spec_.model.seqLen}, torch::kLong));
+        }
         const auto codecStart = Clock::now();
         const auto encoded = forwardCodec->encode(output);
         forwardCodec->decode(encoded);  // the receiver's work, counted on this side
@@ -271,8 +275,11 @@ Json PipelineRunner::probeLinks(uint64_t step) {
   if (isLast()) return nullptr;
   // A real frame of the job's size: the activation of a full batch through the job's codec.
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0x11ec);
-  const at::Tensor activation = model_->infer(randomInput(spec_.batchSize, generator));
-  return measureLink(step, compression::builtinCodecs().make(steadyForward_)->encode(activation),
+  const at::Tensor input = randomInput(spec_.batchSize, generator);
+  const at::Tensor activation = model_->infer(input);
+  auto codec = compression::builtinCodecs().make(steadyForward_);
+  if (auto* conditioned = compression::tokenConditioned(*codec)) conditioned->setTokens(input);  // "+pred": a first stage's
+  return measureLink(step, codec->encode(activation),
                      kMinProbeBytes, static_cast<uint16_t>(stage_ + 1), [](int i) { return static_cast<uint32_t>(i); });
 }
 

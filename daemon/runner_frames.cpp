@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "compression/codec_registry.h"
+#include "compression/side_tokens.h"
 #include "daemon/pipeline_runner.h"
 #include "daemon/timing.h"
 #include "scheduler/error.h"
@@ -101,7 +102,7 @@ compression::TensorFrame PipelineRunner::awaitFrame(PeerLink& link, FrameDirecti
 }
 
 at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uint64_t step, int microBatch,
-                                   const std::vector<int64_t>& expectedShape) {
+                                   const std::vector<int64_t>& expectedShape, const at::Tensor& tokens) {
   compression::TensorFrame frame = awaitFrame(link, direction, step, microBatch);
   // Checked before decoding, so a decoder never allocates more than this stage expects.
   if (frame.tensor.shape != expectedShape || frame.tensor.dtype != compression::WireDType::Float32) {
@@ -110,7 +111,19 @@ at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uin
                     ", this stage expects float32 " + describeShape(expectedShape));
   }
   Timed timed(computeSeconds_);
-  return decoderFor(frame.tensor.codec).decode(frame.tensor).to(device_);
+  compression::Codec& decoder = streamDecoder(direction, frame.tensor.codec);
+  if (auto* conditioned = compression::tokenConditioned(decoder)) {
+    if (!tokens.defined()) {
+      throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step) + " uses codec \"" +
+                      frame.tensor.codec + "\", which needs token IDs this stage does not hold");
+    }
+    conditioned->setTokens(tokens.to(at::kCPU));
+    // A validation pass starts from the training stream's state, as its sender's does (runEval).
+    if (direction == FrameDirection::Eval && microBatch == 0) {
+      decoder.loadState(streamDecoder(FrameDirection::Forward, frame.tensor.codec).state());
+    }
+  }
+  return decoder.decode(frame.tensor).to(device_);
 }
 
 compression::TensorFrame PipelineRunner::frameFor(FrameDirection direction, uint64_t step, int microBatch,
@@ -125,16 +138,34 @@ compression::TensorFrame PipelineRunner::frameFor(FrameDirection direction, uint
 }
 
 void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDirection direction, uint64_t step,
-                              int microBatch, uint16_t toStage, const at::Tensor& tensor) {
+                              int microBatch, uint16_t toStage, const at::Tensor& tensor, const at::Tensor& tokens) {
   compression::TensorFrame frame = frameFor(direction, step, microBatch, toStage);
   {
     Timed timed(computeSeconds_);
+    if (auto* conditioned = compression::tokenConditioned(codec)) {
+      if (!tokens.defined()) throw Error("codec \"" + codec.spec() + "\" needs token IDs this stage does not hold");
+      conditioned->setTokens(tokens.to(at::kCPU));
+    }
     frame.tensor = codec.encode(tensor.device().is_cpu() ? tensor : tensor.to(at::kCPU));
   }
   const auto raw = static_cast<uint64_t>(tensor.numel() * tensor.element_size());
   bytesRaw_ += raw;
   if (compression::travelsUpstream(direction)) rawBackward_ += raw;
   link.send(frame);
+}
+
+compression::Codec& PipelineRunner::streamDecoder(FrameDirection direction, const std::string& spec) {
+  auto& codec = streamDecoders_[compression::toString(direction) + "/" + spec];
+  if (!codec) {
+    // Each spec a peer names costs a decoder: a job uses a handful, so more is a bad peer.
+    constexpr size_t kMaxStreams = 64;
+    if (streamDecoders_.size() > kMaxStreams) {
+      streamDecoders_.erase(compression::toString(direction) + "/" + spec);
+      throw WireError("frames name more than " + std::to_string(kMaxStreams) + " codec streams");
+    }
+    codec = compression::builtinCodecs().make(spec);
+  }
+  return *codec;
 }
 
 compression::Codec& PipelineRunner::decoderFor(const std::string& spec) {

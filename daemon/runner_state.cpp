@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "compression/codec_registry.h"
 #include "daemon/pipeline_runner.h"
 #include "scheduler/error.h"
 
@@ -35,6 +36,10 @@ StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) c
       {"eval", evalCodec_.get()}};
   for (const auto& [prefix, codec] : codecs) {
     for (const auto& [name, tensor] : codec->state()) tensors.emplace_back(std::string("codec/") + prefix + "/" + name, tensor.clone());
+  }
+  // Stateful decoders ("+pred"), under their stream: "decoder/<direction>/<spec>/<name>".
+  for (const auto& [stream, codec] : streamDecoders_) {
+    for (const auto& [name, tensor] : codec->state()) tensors.emplace_back("decoder/" + stream + "/" + name, tensor.clone());
   }
   {
     auto generator = at::detail::getDefaultCPUGenerator();
@@ -151,6 +156,7 @@ void PipelineRunner::restore(const StageSnapshot& snapshot) {
     }
     codec->loadState(state);
   }
+  restoreDecoders(tensors, used, where);
   if (const auto rng = take("rng/cpu", at::Tensor())) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -189,6 +195,33 @@ void PipelineRunner::restore(const StageSnapshot& snapshot) {
   }
   for (const auto& [name, tensor] : tensors) {
     if (!used.count(name)) throw WireError(where + ": unexpected tensor \"" + name + "\"");
+  }
+}
+
+void PipelineRunner::restoreDecoders(const std::map<std::string, at::Tensor>& tensors, std::set<std::string>& used,
+                                     const std::string& where) {
+  streamDecoders_.clear();
+  std::map<std::string, compression::CodecState> states;  // by "<direction>/<spec>"
+  const std::string head = "decoder/";
+  for (const auto& [name, tensor] : tensors) {
+    if (name.rfind(head, 0) != 0) continue;
+    const size_t direction = name.find('/', head.size());
+    const size_t spec = direction == std::string::npos ? direction : name.find('/', direction + 1);
+    if (spec == std::string::npos || spec + 1 >= name.size()) throw WireError(where + ": bad decoder state name \"" + name + "\"");
+    states[name.substr(head.size(), spec - head.size())].emplace_back(name.substr(spec + 1), tensor);
+    used.insert(name);
+  }
+  constexpr size_t kMaxStreams = 64;
+  if (states.size() > kMaxStreams) throw WireError(where + ": more than " + std::to_string(kMaxStreams) + " decoder streams");
+  for (auto& [stream, state] : states) {
+    std::unique_ptr<compression::Codec> codec;
+    try {
+      codec = compression::builtinCodecs().make(stream.substr(stream.find('/') + 1));
+    } catch (const Error& e) {
+      throw WireError(where + ": decoder stream \"" + stream + "\": " + e.what());
+    }
+    codec->loadState(state);
+    streamDecoders_[stream] = std::move(codec);
   }
 }
 

@@ -156,6 +156,31 @@ OptimizerSpec parseOptimizer(ObjectReader r) {
   return o;
 }
 
+bool predictive(const std::string& codec) {
+  const std::string suffix = "+pred";
+  return codec.size() >= suffix.size() && codec.compare(codec.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// "<inner>+pred" (compression/side_tokens.h) needs the token IDs at both ends of its link:
+// only the first stage and the last hold them, so only a 2-stage chain's forward link.
+void checkPredictive(const JobSpec& spec) {
+  const auto& c = spec.compression;
+  if (predictive(c.backward)) throw SpecError("$.compression.backward", "\"+pred\" predicts activations from token IDs: forward only");
+  if (predictive(c.warmup)) throw SpecError("$.compression.warmup", "\"+pred\" is not a warm-up codec");
+  for (const auto* list : {&c.allowed, &c.allowedForward, &c.allowedBackward}) {
+    for (const auto& codec : *list) {
+      if (predictive(codec)) throw SpecError("$.compression", "\"" + codec + "\": \"auto\" does not choose \"+pred\"; name it as forward");
+    }
+  }
+  if (!predictive(c.forward)) return;
+  const bool chainOfTokens = spec.model.kind == "gpt" || spec.model.kind == "encoder" || spec.model.kind == "classifier";
+  if (!chainOfTokens || spec.stages.size() != 2) {
+    throw SpecError("$.compression.forward", "\"" + c.forward +
+                                                 "\" needs the token IDs at both ends of the link: a 2-stage gpt, encoder or "
+                                                 "classifier job, whose first stage draws them and whose last draws them for its targets");
+  }
+}
+
 CompressionSpec parseCompression(ObjectReader r) {
   CompressionSpec c;
   c.forward = r.string("forward", c.forward);
@@ -382,6 +407,7 @@ JobSpec parseJobSpec(const std::string& text) {
       throw SpecError("$.stages", "generators times micro-batches must stay within 65535");
     }
   }
+  checkPredictive(spec);
   spec.maxStaleness = static_cast<int>(r.integer("max_staleness", spec.maxStaleness, 0, 1000));
   if (spec.model.kind == "electra") {
     // Generators send token IDs: the tokens codec (alone or under zstd), by default alone.

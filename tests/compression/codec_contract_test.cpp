@@ -129,11 +129,12 @@ void checkRoundTrip(Codec& codec, const CodecCase& c, const at::Tensor& input) {
 
 }  // namespace
 
-// Codecs of integer tensors (token links) have their own contract below.
+// Codecs of integer tensors (token links) have their own contract below; "pred", which needs
+// token IDs beside [B, T, d] tensors, has its own in predictive_codec_test.cpp.
 std::vector<std::string> floatCodecs() {
   std::vector<std::string> out;
   for (const auto& name : builtinCodecs().names()) {
-    if (name != "tokens") out.push_back(name);
+    if (name != "tokens" && name != "pred") out.push_back(name);
   }
   return out;
 }

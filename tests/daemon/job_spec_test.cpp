@@ -208,6 +208,32 @@ TEST_CASE("compression \"auto\": the planner picks from allowed, lossless-qualit
   }
 }
 
+TEST_CASE("\"+pred\" is a 2-stage chain's forward codec only") {
+  json spec = validSpec();
+  spec["compression"] = {{"forward", "q13+pred"}, {"backward", "q13"}};
+  CHECK(parseJobSpec(spec.dump()).compression.forward == "q13+pred");
+  SECTION("not backward, not warm-up, not in auto's lists") {
+    spec["compression"]["backward"] = "q13+pred";
+    CHECK(refusal(spec).first == "$.compression.backward");
+    spec["compression"]["backward"] = "q13";
+    spec["compression"]["warmup"] = "q13+rot+pred";
+    spec["compression"]["warmup_steps"] = 2;
+    CHECK(refusal(spec).first == "$.compression.warmup");
+    spec["compression"].erase("warmup");
+    spec["compression"]["forward"] = "auto";
+    spec["compression"]["allowed_forward"] = {"none", "q13+pred"};
+    CHECK_THAT(refusal(spec).second, Catch::Contains("does not choose"));
+  }
+  SECTION("a middle stage holds no token IDs") {
+    spec["stages"] = json::array({{{"daemon", "tcp://127.0.0.1:7100"}, {"layers", {0, 1}}},
+                                  {{"daemon", "tcp://127.0.0.1:7110"}, {"layers", {1, 3}}},
+                                  {{"daemon", "tcp://127.0.0.1:7120"}, {"layers", {3, 4}}}});
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.compression.forward");
+    CHECK_THAT(message, Catch::Contains("2-stage"));
+  }
+}
+
 TEST_CASE("update: sync by default; delayed needs a 1F1B schedule") {
   json spec = validSpec();
   CHECK(parseJobSpec(spec.dump()).update == "sync");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compression/codec_registry.h"
+#include "compression/side_tokens.h"
 #include "compression/tensor_bytes.h"
 #include "scheduler/error.h"
 #include "tests/fuzz/codec_input.h"
@@ -19,7 +20,8 @@ namespace {
 
 using namespace skytrain;
 
-// One codec per spec, built once (decoding keeps no state).
+// One codec per spec, built once (only "+pred" keeps decoding state: its tables, which any
+// payload may move).
 std::vector<std::unique_ptr<compression::Codec>>& codecs() {
   static std::vector<std::unique_ptr<compression::Codec>> all = [] {
     std::vector<std::unique_ptr<compression::Codec>> out;
@@ -56,6 +58,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   encoded.dtype = input->dtype;
   encoded.shape = input->shape;
   encoded.payload = input->payload;
+  if (auto* conditioned = compression::tokenConditioned(codec)) {
+    // Token IDs as the receiving stage would pass them: [B, T] of a [B, T, d] tensor (a
+    // shape of another rank gets [1, 1], which decode refuses).
+    const bool batched = input->shape.size() == 3;
+    const int64_t b = batched ? input->shape[0] : 1, t = batched ? input->shape[1] : 1;
+    conditioned->setTokens(torch::arange(b * t, torch::kLong).remainder(11).reshape({b, t}));
+  }
   at::Tensor out;
   try {
     out = codec.decode(encoded);

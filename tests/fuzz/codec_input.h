@@ -28,7 +28,7 @@ inline const std::vector<std::string> kCodecSpecs = {
     "topk:0.05",    "topk:1",        "svd:rank=4",  "svd:0.5",        "fp16+svd:0.5",
     "int8+topk:0.1", "bf16+topk:0.3", "int4+svd:rank=2", "ef(int8)", "ef(fp16+svd:0.5)",
     "ef(int4+topk:0.2)", "tokens", "tokens+zstd", "zstd", "int8+zstd", "int4+rot", "ef(int4+rot)",
-    "int3", "int3+rot", "q13", "q13+rot"};
+    "int3", "int3+rot", "q13", "q13+rot", "q13+pred", "ef(q13+rot)+pred"};
 
 constexpr size_t kMaxFuzzDims = 3;
 constexpr int64_t kMaxFuzzDim = 64;

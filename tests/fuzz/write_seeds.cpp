@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compression/codec_registry.h"
+#include "compression/side_tokens.h"
 #include "compression/tensor_frame.h"
 #include "daemon/protocol/keys.h"
 #include "stages/safetensors.h"
@@ -80,6 +81,10 @@ void writeCodecPayloads(const fs::path& dir) {
   for (size_t i = 0; i < fuzz::kCodecSpecs.size(); ++i) {
     for (const auto& shape : shapes) {
       auto codec = compression::builtinCodecs().make(fuzz::kCodecSpecs[i]);
+      if (auto* conditioned = compression::tokenConditioned(*codec)) {  // "+pred": [B, T, d] with its token IDs
+        if (shape.size() != 3) continue;
+        conditioned->setTokens(torch::arange(shape[0] * shape[1], torch::kLong).remainder(11).reshape({shape[0], shape[1]}));
+      }
       const auto encoded = codec->encode(torch::randn(shape));
       const fuzz::CodecInput input{i, encoded.dtype, shape, encoded.payload};
       write(dir, "codec-" + safeName(fuzz::kCodecSpecs[i]) + "-" + shapeName(shape), fuzz::writeCodecInput(input));

@@ -10,15 +10,16 @@
 #   resume cancel the job, then `skytrain resume` it from its last checkpoint
 # In the coord case `skytrain logs -f` follows the job throughout and must re-attach.
 # Each job must succeed with final parameters bit-identical to an undisturbed run's. The
-# kill case runs three times: without compression, with error-feedback int8 + SVD codecs,
-# and under the one-step-delayed update (its pending gradients live in the checkpoints).
+# kill case runs four times: without compression, with error-feedback int8 + SVD codecs,
+# under the one-step-delayed update (its pending gradients live in the checkpoints), and
+# with q13+pred forward, whose tables live at both ends (the receiver's decoder state too).
 # Prints detection time, time to resume and work lost per case (docs/BENCHMARKS.md).
 # Usage: chaos_test.sh SKYTRAIND SKYTRAIN CORPUS [CASE...]   (default: all cases)
 set -euo pipefail
 daemon=$1 cli=$2 corpus=$3
 shift 3
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed stop coord orphan corrupt resume)
+[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred stop coord orphan corrupt resume)
 work=$(mktemp -d)
 source "$(dirname "$0")/../../deploy/local-daemons.sh"
 cleanup() { stop_daemons; for p in $(cat "$work"/*.pid 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
@@ -44,7 +45,7 @@ restart() {
   echo $!
 }
 
-spec() {  # spec NAME VARIANT (none, ef or delayed) -> path
+spec() {  # spec NAME VARIANT (none, ef, delayed or pred) -> path
   python3 - "$A" "$B" "$corpus" "$work/$1.json" "$2" <<'PY'
 import json, sys
 a, b, corpus, out, codecs = sys.argv[1:]
@@ -57,6 +58,8 @@ if codecs == "ef":
     s["compression"] = {"forward": "ef(fp16+svd:0.5)", "backward": "ef(int8)"}
 if codecs == "delayed":
     s["update"] = "delayed"
+if codecs == "pred":
+    s["compression"] = {"forward": "q13+pred", "backward": "q13"}
 
 json.dump(s, open(out, "w"))
 print(out)
@@ -91,7 +94,7 @@ same_weights() {  # same_weights JOB1 JOB2: every stage's saved parameters, byte
 }
 
 declare -A reference
-for codecs in none ef delayed; do
+for codecs in none ef delayed pred; do
   job=$("$cli" submit --detach "$(spec "ref-$codecs" "$codecs")" | awk '{print $3}')
   wait_end "$job"
   reference[$codecs]=$job
@@ -117,7 +120,7 @@ for e in events: print('   event:', e['message'], file=sys.stderr)
 echo "| case | detection | fault to resumed attempt | resumed from | restarts |"
 echo "|---|---|---|---|---|"
 for c in "${cases[@]}"; do
-  codecs=none; [ "$c" = kill-ef ] && codecs=ef; [ "$c" = kill-delayed ] && codecs=delayed
+  codecs=none; [ "$c" = kill-ef ] && codecs=ef; [ "$c" = kill-delayed ] && codecs=delayed; [ "$c" = kill-pred ] && codecs=pred
   job=$("$cli" submit --detach "$(spec "$c" "$codecs")" | awk '{print $3}')
   follower=
   if [ "$c" = coord ]; then
@@ -129,7 +132,7 @@ for c in "${cases[@]}"; do
   at=$(steps_done "$job")
   t=$(now)
   case "$c" in
-    kill|kill-ef|kill-delayed)
+    kill|kill-ef|kill-delayed|kill-pred)
       kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
       sleep 1
       pid_b=$(restart "$work/b") ;;

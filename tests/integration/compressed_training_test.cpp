@@ -77,6 +77,24 @@ TEST_CASE("fp16+svd:0.5 forward, int8 backward trains like uncompressed with a t
   CHECK(packed["summary"]["bytes_raw_per_step"].get<double>() == kMicroBatches * 2.0 * 4 * elements);
 }
 
+TEST_CASE("q13+pred forward, q13 backward: 8x fewer bytes both ways, trains and validates", "[integration]") {
+  TestDaemon a("pa"), b("pb");
+  zmq::context_t context;
+  Json s = spec(a.control(), b.control(), "q13+pred", "q13");
+  s["eval"] = {{"samples", 64}, {"interval", 50}};  // validation passes between steps too
+  const Json status = runJob(context, a.control(), s);
+  REQUIRE(status["state"] == "succeeded");
+  const double loss = status["summary"]["validation_loss"];
+  WARN("q13+pred/q13 validation loss after " << kSteps << " steps: " << loss);
+  CHECK(loss < 3.2);  // it learns (ln 256 = 5.55 at the start)
+  // Each frame is q13's 32 bytes a 64-block: the token IDs do not travel.
+  const int64_t elements = kTokensPerMicroBatch * kDModel;
+  const double expected = kMicroBatches * (header("q13+pred") + elements / 2.0) + kMicroBatches * (header("q13") + elements / 2.0);
+  CHECK(meanBytesPerStep(status) == expected);
+  const double headers = kMicroBatches * (header("q13+pred") + header("q13"));
+  CHECK(status["summary"]["bytes_raw_per_step"].get<double>() / (expected - headers) == 8.0);
+}
+
 TEST_CASE("the warm-up codec applies to the first steps, both directions", "[integration]") {
   TestDaemon a("wa"), b("wb");
   zmq::context_t context;

@@ -62,7 +62,11 @@ TEST_CASE("a two-daemon pipeline trains exactly like one process", "[integration
   if (schedule == "zb-h1") {  // the stages ran split: the profile timed their W passes
     const Json& plan = status["plans"].back();
     CHECK(plan["schedule"] == "zb-h1");
-    for (const auto& stage : plan["stages"]) CHECK(stage["weight_s"]["k"].get<double>() > 0);
+    // The fitted W time of one sample, not the slope alone: this model's W pass takes
+    // microseconds, and on a loaded machine the fit can come out flat (k = 0, a > 0).
+    for (const auto& stage : plan["stages"]) {
+      CHECK(stage["weight_s"]["a"].get<double>() + stage["weight_s"]["k"].get<double>() > 0);
+    }
   }
 
   double worstLoss = 0;
