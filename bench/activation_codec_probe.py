@@ -21,6 +21,8 @@ Codecs (64-element blocks of the flattened tensor, as compression/):
   X@ef       X with error feedback: the previous message's error is added before encoding
   X@pred     X on the activation less a prediction both ends can make: a table by token ID
              plus one by position, each an average of earlier decoded messages
+             (compression/predictive_codec.cpp's "X+pred")
+  X@pred2    the same plus a table by (previous token ID, token ID)
   int4       fifteen levels a 32-block, float32 scale absmax / 7 (compression/int4_codec.cpp)
   int6       sixty-three levels a 64-block, scale absmax / 31 (not in compression/)
   bf16       each element rounded to bfloat16 (the control: a perturbation with no quality
@@ -145,7 +147,7 @@ class Codec:
         if self.chan == "ef" and self.residual is not None and self.residual.shape == flat.shape:
             flat = flat + self.residual
         prediction = None
-        if self.chan == "pred":
+        if self.chan.startswith("pred"):
             prediction = self.predict(x.shape).reshape(flat.shape)
             self.energy.append((flat - prediction).pow(2).sum().item() / max(flat.pow(2).sum().item(), 1e-30))
             flat = flat - prediction
@@ -164,24 +166,44 @@ class Codec:
         return decoded.reshape(shape)
 
 
+    def pairs(self):
+        """@pred2: each token's index with the token before it (0 before the first)."""
+        previous = torch.cat([torch.zeros_like(self.ids[:, :1]), self.ids[:, :-1]], 1)
+        return previous * 256 + self.ids
+
     def predict(self, shape):
         """@pred: by_token[id] + by_position[t], both learnt from decoded messages only, so the
-        sender and the receiver hold the same tables."""
+        sender and the receiver hold the same tables; @pred2 adds by_pair[previous id, id]."""
         if self.by_token is None:
             self.by_token = torch.zeros(256, shape[-1])
             self.by_position = torch.zeros(shape[1], shape[-1])
-        return self.by_token[self.ids] + self.by_position[: shape[1]].unsqueeze(0)
+            self.by_pair = torch.zeros(256 * 256, shape[-1]) if self.chan == "pred2" else None
+        out = self.by_token[self.ids] + self.by_position[: shape[1]].unsqueeze(0)
+        if self.by_pair is not None:
+            out = out + self.by_pair[self.pairs()]
+        return out
 
     def learn(self, decoded, rate=0.5):
+        """Each table in turn moves half way to the mean, over its key, of what the tables
+        before it leave of the decoded residual (compression/predictive_codec.cpp's update)."""
         d = decoded.shape[-1]
-        ids = self.ids.reshape(-1)
-        rows = (decoded - self.by_position[: decoded.shape[1]].unsqueeze(0)).reshape(-1, d)
-        sums = torch.zeros(256, d).index_add_(0, ids, rows)
-        counts = torch.zeros(256).index_add_(0, ids, torch.ones(ids.numel()))
-        seen = counts > 0
-        self.by_token[seen] += rate * (sums[seen] / counts[seen].unsqueeze(1) - self.by_token[seen])
-        rest = decoded - self.by_token[self.ids]
-        self.by_position[: decoded.shape[1]] += rate * (rest.mean(0) - self.by_position[: decoded.shape[1]])
+        t = decoded.shape[1]
+        rest = (decoded - self.predict(decoded.shape)).reshape(-1, d)
+
+        def absorb(table, keys, size):
+            sums = torch.zeros(size, d).index_add_(0, keys, rest)
+            counts = torch.zeros(size).index_add_(0, keys, torch.ones(keys.numel()))
+            seen = counts > 0
+            step = torch.zeros(size, d)
+            step[seen] = rate * sums[seen] / counts[seen].unsqueeze(1)
+            table += step
+            return rest - step[keys]
+
+        rest = absorb(self.by_token, self.ids.reshape(-1), 256)
+        positions = torch.arange(t).repeat(decoded.shape[0])
+        rest = absorb(self.by_position[:t], positions, t)
+        if self.by_pair is not None:
+            absorb(self.by_pair, self.pairs().reshape(-1), 256 * 256)
 
 
 class Boundary(torch.autograd.Function):
@@ -207,6 +229,7 @@ class Split(torch.nn.Module):
     def forward(self, x):
         h = self.first(x)
         self.forward_codec.ids = x
+        self.backward_codec.ids = x
         if self.coded:
             h = Boundary.apply(h, self.forward_codec, self.backward_codec)
         return self.second(h)
@@ -237,10 +260,12 @@ def train(a, seed):
         torch.nn.utils.clip_grad_norm_(params, CLIP)
         optimizer.step()
     model.coded = a.eval_coded
-    energy = model.forward_codec.energy
-    if energy:
+    for direction, codec in (("activation", model.forward_codec), ("gradient", model.backward_codec)):
+        energy = codec.energy
+        if not energy:
+            continue
         marks = [0, len(energy) // 4, len(energy) // 2, len(energy) - 1]
-        print("  residual energy after the prediction: " +
+        print(f"  {direction}'s residual energy after the prediction: " +
               ", ".join(f"message {i}: {energy[i]:.3f}" for i in marks), flush=True)
     return validation_loss(model, a.data)
 

@@ -1,16 +1,20 @@
 // Codec throughput, side by side with memcpy of the same buffer on the same thread.
-// Usage: codec_bench [--threads N] [--seconds S] [--only SPEC,SPEC...]   (prints a Markdown table;
-// --only takes any codec spec, e.g. "q13,int8+zstd")
+// Usage: codec_bench [--threads N] [--seconds S] [--only SPEC,SPEC...] [--shape RxC]   (prints a Markdown table;
+// --only takes any codec spec, e.g. "q13,int8+zstd"; a "+pred" spec gets random byte token IDs,
+// the rows as 128-token sequences; --shape times one shape, R a multiple of 128, in place of
+// 4096x768 and 4096x4096)
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "compression/codec_registry.h"
+#include "compression/side_tokens.h"
 #include "daemon/allocator.h"
 
 namespace {
@@ -38,7 +42,19 @@ int main(int argc, char** argv) {
   int threads = 1;
   double budget = 0.5;
   std::string only;
+  std::vector<std::vector<int64_t>> shapes = {{4096, 768}, {4096, 4096}};
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) == "--shape") {
+      const std::string text = argv[i + 1];
+      const size_t x = text.find('x');
+      const int64_t rows = x == std::string::npos ? 0 : std::atoll(text.c_str());
+      const int64_t cols = x == std::string::npos ? 0 : std::atoll(text.c_str() + x + 1);
+      if (rows <= 0 || rows % 128 != 0 || cols <= 0) {
+        std::fprintf(stderr, "codec_bench: --shape takes RxC with R a positive multiple of 128, got %s\n", text.c_str());
+        return 2;
+      }
+      shapes = {{rows, cols}};
+    }
     if (std::string(argv[i]) == "--only") only = "," + std::string(argv[i + 1]) + ",";
     if (std::string(argv[i]) == "--threads") threads = std::stoi(argv[i + 1]);
     if (std::string(argv[i]) == "--seconds") budget = std::stod(argv[i + 1]);
@@ -68,7 +84,7 @@ int main(int argc, char** argv) {
   std::printf("torch threads: %d\n\n", threads);
   std::printf("| shape | codec | encode GB/s | decode GB/s | memcpy GB/s | encode/memcpy | decode/memcpy | encode ms | ratio |\n");
   std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (const auto& shape : std::vector<std::vector<int64_t>>{{4096, 768}, {4096, 4096}}) {
+  for (const auto& shape : shapes) {
     torch::manual_seed(1);
     // Activation-like input: a decaying spectrum plus noise.
     const int64_t inner = 64;
@@ -81,8 +97,14 @@ int main(int argc, char** argv) {
     for (const auto& spec : specs) {
       if (shape[1] == 4096 && spec == "fp16+svd:0.2") continue;  // rank 819: minutes, not a link codec
       auto codec = skytrain::compression::builtinCodecs().make(spec);
+      at::Tensor input = x;
+      if (auto* conditioned = skytrain::compression::tokenConditioned(*codec)) {
+        // "+pred": the rows as 128-token sequences of byte-level token IDs.
+        input = x.view({shape[0] / 128, 128, shape[1]});
+        conditioned->setTokens(torch::randint(0, 256, {shape[0] / 128, 128}, torch::kLong));
+      }
       skytrain::compression::EncodedTensor encoded;
-      const double encodeSeconds = timeIt([&] { encoded = codec->encode(x); }, budget);
+      const double encodeSeconds = timeIt([&] { encoded = codec->encode(input); }, budget);
       const double decodeSeconds = timeIt([&] { codec->decode(encoded); }, budget);
       std::printf("| %lldx%lld | `%s` | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1fx |\n",
                   static_cast<long long>(shape[0]), static_cast<long long>(shape[1]), spec.c_str(),

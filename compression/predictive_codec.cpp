@@ -18,8 +18,11 @@
 // for the same shape. The inner codec's NaN/Inf handling applies to the residual.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 
+#include "compression/block_codec.h"
 #include "compression/codec_util.h"
 #include "compression/codecs.h"
 #include "compression/side_tokens.h"
@@ -33,9 +36,120 @@ constexpr float kRate = 0.5f;
 // A table's floats: 2^26 (256 MB) is a vocabulary of 65,536 at d = 1,024.
 constexpr int64_t kMaxTableFloats = int64_t{1} << 26;
 
+// The per-element loops, built twice: portable and for AVX2, without FMA, so that both
+// builds give the same floats (two ends on different CPUs keep equal tables).
+struct Rows {
+  const int64_t* id;  // token IDs, one per row
+  int64_t t;          // rows per sequence
+  int64_t d;          // floats per row
+};
+
+// Rows [first, end): out = in + sign * (token[id] + position[t]); in and out start at row first.
+__attribute__((always_inline)) inline void predictBody(const Rows& r, const float* token, const float* position,
+                                                       int64_t first, int64_t end, const float* in, float* out,
+                                                       float sign) {
+  for (int64_t row = first; row < end; ++row) {
+    const float* __restrict a = token + r.id[row] * r.d;
+    const float* __restrict b = position + (row % r.t) * r.d;
+    const float* __restrict x = in + (row - first) * r.d;
+    float* __restrict y = out + (row - first) * r.d;
+    for (int64_t j = 0; j < r.d; ++j) y[j] = x[j] + sign * (a[j] + b[j]);
+  }
+}
+
+// Adds each row of `residual` (starting at row first) to its token's sum (sums, by slot[id])
+// and to its position's sum.
+__attribute__((always_inline)) inline void accumulateBody(const Rows& r, const int32_t* slot, float* sums,
+                                                          float* positions, int64_t first, int64_t end,
+                                                          const float* residual) {
+  for (int64_t row = first; row < end; ++row) {
+    float* __restrict sum = sums + slot[r.id[row]] * r.d;
+    float* __restrict position = positions + (row % r.t) * r.d;
+    const float* __restrict x = residual + (row - first) * r.d;
+    for (int64_t j = 0; j < r.d; ++j) {
+      sum[j] += x[j];
+      position[j] += x[j];
+    }
+  }
+}
+
+// For every row: out[t] += means[slot[id]].
+__attribute__((always_inline)) inline void addMeansBody(const Rows& r, int64_t rows, const int32_t* slot,
+                                                        const float* means, float* out) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* __restrict mean = means + slot[r.id[row]] * r.d;
+    float* __restrict sum = out + (row % r.t) * r.d;
+    for (int64_t j = 0; j < r.d; ++j) sum[j] += mean[j];
+  }
+}
+
+void predictPortable(const Rows& r, const float* token, const float* position, int64_t first, int64_t end,
+                     const float* in, float* out, float sign) {
+  predictBody(r, token, position, first, end, in, out, sign);
+}
+__attribute__((target("avx2"))) void predictAvx2(const Rows& r, const float* token, const float* position,
+                                                 int64_t first, int64_t end, const float* in, float* out, float sign) {
+  predictBody(r, token, position, first, end, in, out, sign);
+}
+void accumulatePortable(const Rows& r, const int32_t* slot, float* sums, float* positions, int64_t first,
+                        int64_t end, const float* residual) {
+  accumulateBody(r, slot, sums, positions, first, end, residual);
+}
+__attribute__((target("avx2"))) void accumulateAvx2(const Rows& r, const int32_t* slot, float* sums,
+                                                    float* positions, int64_t first, int64_t end,
+                                                    const float* residual) {
+  accumulateBody(r, slot, sums, positions, first, end, residual);
+}
+void addMeansPortable(const Rows& r, int64_t rows, const int32_t* slot, const float* means, float* out) {
+  addMeansBody(r, rows, slot, means, out);
+}
+__attribute__((target("avx2"))) void addMeansAvx2(const Rows& r, int64_t rows, const int32_t* slot,
+                                                  const float* means, float* out) {
+  addMeansBody(r, rows, slot, means, out);
+}
+
+__attribute__((always_inline)) inline void meanStepBody(float* __restrict mean, float inverse, float* __restrict token,
+                                                        int64_t d) {
+  for (int64_t j = 0; j < d; ++j) {
+    mean[j] *= inverse;
+    token[j] += kRate * mean[j];
+  }
+}
+void meanStepPortable(float* mean, float inverse, float* token, int64_t d) { meanStepBody(mean, inverse, token, d); }
+__attribute__((target("avx2"))) void meanStepAvx2(float* mean, float inverse, float* token, int64_t d) {
+  meanStepBody(mean, inverse, token, d);
+}
+
+// position += rate * ((sums - rate * means) * inverse), element by element.
+__attribute__((always_inline)) inline void positionStepBody(const float* __restrict sums, const float* __restrict means,
+                                                            float inverse, float* __restrict position, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) position[i] += kRate * ((sums[i] - kRate * means[i]) * inverse);
+}
+void positionStepPortable(const float* sums, const float* means, float inverse, float* position, int64_t n) {
+  positionStepBody(sums, means, inverse, position, n);
+}
+__attribute__((target("avx2"))) void positionStepAvx2(const float* sums, const float* means, float inverse,
+                                                      float* position, int64_t n) {
+  positionStepBody(sums, means, inverse, position, n);
+}
+
+bool haveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+}
+
 class PredictiveCodec final : public Codec, public TokenConditioned {
  public:
-  explicit PredictiveCodec(CodecPtr inner) : inner_(std::move(inner)) {}
+  explicit PredictiveCodec(CodecPtr inner) : inner_(std::move(inner)) {
+    // A 64-block format alone or rotated ("q13", "q13+rot", "int3", "int3+rot") runs fused,
+    // in chunks that stay in cache: the same bytes as the inner codec's, in one pass.
+    const std::string innerSpec = inner_->spec(), rot = "+rot";
+    format_ = blockFormat(innerSpec);
+    if (!format_ && innerSpec.size() > rot.size() && innerSpec.compare(innerSpec.size() - rot.size(), rot.size(), rot) == 0) {
+      format_ = blockFormat(innerSpec.substr(0, innerSpec.size() - rot.size()));
+      rotate_ = format_ != nullptr;
+    }
+  }
 
   std::string spec() const override { return inner_->spec() + "+pred"; }
 
@@ -51,11 +165,37 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
   EncodedTensor encode(const at::Tensor& input) override {
     const at::Tensor x = floatInput(spec(), input);
     const Dims dims = prepare(x.sizes().vec(), false);
+    if (dims.rows == 0) {  // nothing to predict or learn from
+      EncodedTensor out = inner_->encode(x);
+      out.codec = spec();
+      return out;
+    }
+    const float* data = x.data_ptr<float>();
+    EncodedTensor out;
+    if (format_ != nullptr) {
+      out = encodedHeader(spec(), input);
+      out.payload.assign(format_->size(dims.rows * dims.d), '\0');
+      const int64_t chunk = chunkRows(dims.d);
+      scratch_.resize(static_cast<size_t>(chunk * dims.d));
+      beginLearn(dims);
+      for (int64_t first = 0; first < dims.rows; first += chunk) {
+        const int64_t end = std::min(dims.rows, first + chunk), n = (end - first) * dims.d;
+        char* payload = out.payload.data() + format_->size(first * dims.d);  // whole 64-blocks before it
+        predict(dims, first, end, data + first * dims.d, scratch_.data(), -1.f);
+        if (!format_->encode(scratch_.data(), n, rotate_, payload)) throwNonFiniteOrOverflow(spec(), x);
+        format_->decode(payload, n, rotate_, scratch_.data());  // what the receiver will decode
+        accumulate(dims, first, end, scratch_.data());
+      }
+      finishLearn(dims);
+      return out;
+    }
     at::Tensor residual = torch::empty_like(x);
-    predict(dims, x.data_ptr<float>(), residual.data_ptr<float>(), -1.f);
-    EncodedTensor out = inner_->encode(residual);
+    predict(dims, 0, dims.rows, data, residual.data_ptr<float>(), -1.f);
+    out = inner_->encode(residual);
     const at::Tensor decoded = inner_->decode(out).to(torch::kFloat).contiguous();
-    learn(dims, decoded.data_ptr<float>());
+    beginLearn(dims);
+    accumulate(dims, 0, dims.rows, decoded.data_ptr<float>());
+    finishLearn(dims);
     out.codec = spec();
     out.dtype = encodedHeader(spec(), input).dtype;
     return out;
@@ -63,14 +203,37 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
 
   at::Tensor decode(const EncodedTensor& encoded) override {
     const Dims dims = prepare(encoded.shape, true);
+    if (dims.rows == 0) {
+      EncodedTensor inner = encoded;
+      inner.codec = inner_->spec();
+      return inner_->decode(inner);
+    }
+    at::Tensor out = torch::empty({dims.rows / dims.t, dims.t, dims.d}, torch::kFloat);
+    float* restored = out.data_ptr<float>();
+    if (format_ != nullptr) {
+      requirePayloadSize(spec(), encoded, format_->size(dims.rows * dims.d));
+      const int64_t chunk = chunkRows(dims.d);
+      scratch_.resize(static_cast<size_t>(chunk * dims.d));
+      beginLearn(dims);
+      for (int64_t first = 0; first < dims.rows; first += chunk) {
+        const int64_t end = std::min(dims.rows, first + chunk);
+        format_->decode(encoded.payload.data() + format_->size(first * dims.d), (end - first) * dims.d, rotate_,
+                        scratch_.data());
+        accumulate(dims, first, end, scratch_.data());
+        predict(dims, first, end, scratch_.data(), restored + first * dims.d, 1.f);
+      }
+      finishLearn(dims);
+      return out.to(toScalarType(encoded.dtype));
+    }
     EncodedTensor inner = encoded;
     inner.codec = inner_->spec();
     inner.dtype = WireDType::Float32;
     const at::Tensor residual = inner_->decode(inner).to(torch::kFloat).contiguous();
     if (residual.numel() != dims.rows * dims.d) throw WireError("codec \"" + spec() + "\": the inner codec's tensor has the wrong size");
-    at::Tensor out = torch::empty({dims.rows / dims.t, dims.t, dims.d}, torch::kFloat);
-    predict(dims, residual.data_ptr<float>(), out.data_ptr<float>(), 1.f);
-    learn(dims, residual.data_ptr<float>());
+    predict(dims, 0, dims.rows, residual.data_ptr<float>(), restored, 1.f);
+    beginLearn(dims);
+    accumulate(dims, 0, dims.rows, residual.data_ptr<float>());
+    finishLearn(dims);
     return out.to(toScalarType(encoded.dtype));
   }
 
@@ -142,27 +305,34 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
     return {shape[0] * shape[1], shape[1], d_};
   }
 
-  // out = in + sign * (by_token[id] + by_position[t]), row by row.
-  void predict(const Dims& dims, const float* in, float* out, float sign) const {
-    const int64_t* id = ids_.data_ptr<int64_t>();
-    for (int64_t row = 0; row < dims.rows; ++row) {
-      const float* token = byToken_.data() + id[row] * dims.d;
-      const float* position = byPosition_.data() + (row % dims.t) * dims.d;
-      const float* x = in + row * dims.d;
-      float* y = out + row * dims.d;
-      for (int64_t j = 0; j < dims.d; ++j) y[j] = x[j] + sign * (token[j] + position[j]);
-    }
+  // Rows of at most ~32 kB whose elements start on a 64-block (rows * d a multiple of 64).
+  static int64_t chunkRows(int64_t d) {
+    const int64_t unit = 64 / std::gcd<int64_t>(d, 64);
+    return unit * std::max<int64_t>(1, 8192 / (unit * d));
   }
 
-  // The tables' update from the decoded residual (the header's formulas).
-  void learn(const Dims& dims, const float* residual) {
-    const int64_t* id = ids_.data_ptr<int64_t>();
-    const int64_t vocab = static_cast<int64_t>(byToken_.size()) / dims.d;
-    slot_.assign(static_cast<size_t>(vocab), -1);
+  Rows rows(const Dims& dims) const { return {ids_.data_ptr<int64_t>(), dims.t, dims.d}; }
+
+  // Rows [first, end): out = in + sign * (by_token[id] + by_position[t]); `in` and `out`
+  // point at row `first`.
+  void predict(const Dims& dims, int64_t first, int64_t end, const float* in, float* out, float sign) const {
+    (haveAvx2() ? predictAvx2 : predictPortable)(rows(dims), byToken_.data(), byPosition_.data(), first, end, in, out, sign);
+  }
+
+  // The tables' update from the decoded residual r' (the header's formulas), in three parts:
+  // beginLearn, accumulate over the rows in order (r' points at row `first`), finishLearn.
+  void beginLearn(const Dims& dims) {
+    slot_.assign(byToken_.size() / static_cast<size_t>(dims.d), -1);
     seen_.clear();
     counts_.clear();
     means_.clear();
-    for (int64_t row = 0; row < dims.rows; ++row) {
+    means_.reserve(std::min(byToken_.size(), static_cast<size_t>(dims.rows * dims.d)));
+    positionSums_.assign(static_cast<size_t>(dims.t * dims.d), 0.f);
+  }
+
+  void accumulate(const Dims& dims, int64_t first, int64_t end, const float* residual) {
+    const int64_t* id = ids_.data_ptr<int64_t>();
+    for (int64_t row = first; row < end; ++row) {
       int32_t& s = slot_[static_cast<size_t>(id[row])];
       if (s < 0) {
         s = static_cast<int32_t>(seen_.size());
@@ -171,32 +341,28 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
         means_.resize(means_.size() + static_cast<size_t>(dims.d), 0.f);
       }
       ++counts_[static_cast<size_t>(s)];
-      float* sum = means_.data() + s * dims.d;
-      const float* r = residual + row * dims.d;
-      for (int64_t j = 0; j < dims.d; ++j) sum[j] += r[j];
     }
+    (haveAvx2() ? accumulateAvx2 : accumulatePortable)(rows(dims), slot_.data(), means_.data(), positionSums_.data(),
+                                                       first, end, residual);
+  }
+
+  // mean = sum * inverse (the count's), in place; token += rate * mean.
+  static void scaleAdd(float* mean, float inverse, float* token, int64_t d) {
+    (haveAvx2() ? meanStepAvx2 : meanStepPortable)(mean, inverse, token, d);
+  }
+
+  // by_token moves by rate times each token's mean; by_position by rate times the mean over
+  // b of what that leaves: (sum of r' - rate * sum of the rows' token means) / B.
+  void finishLearn(const Dims& dims) {
     for (size_t s = 0; s < seen_.size(); ++s) {
-      float* mean = means_.data() + static_cast<int64_t>(s) * dims.d;
-      float* token = byToken_.data() + seen_[s] * dims.d;
-      const float count = static_cast<float>(counts_[s]);
-      for (int64_t j = 0; j < dims.d; ++j) {
-        mean[j] /= count;
-        token[j] += kRate * mean[j];
-      }
+      scaleAdd(means_.data() + static_cast<int64_t>(s) * dims.d, 1.f / static_cast<float>(counts_[s]),
+               byToken_.data() + seen_[s] * dims.d, dims.d);
     }
-    const int64_t batch = dims.rows / dims.t;
-    sums_.assign(static_cast<size_t>(dims.d), 0.f);
-    for (int64_t t = 0; t < dims.t; ++t) {
-      std::fill(sums_.begin(), sums_.end(), 0.f);
-      for (int64_t b = 0; b < batch; ++b) {
-        const int64_t row = b * dims.t + t;
-        const float* mean = means_.data() + slot_[static_cast<size_t>(id[row])] * dims.d;
-        const float* r = residual + row * dims.d;
-        for (int64_t j = 0; j < dims.d; ++j) sums_[j] += r[j] - kRate * mean[j];
-      }
-      float* position = byPosition_.data() + t * dims.d;
-      for (int64_t j = 0; j < dims.d; ++j) position[j] += kRate * (sums_[j] / static_cast<float>(batch));
-    }
+    meanSums_.assign(positionSums_.size(), 0.f);
+    (haveAvx2() ? addMeansAvx2 : addMeansPortable)(rows(dims), dims.rows, slot_.data(), means_.data(), meanSums_.data());
+    (haveAvx2() ? positionStepAvx2 : positionStepPortable)(positionSums_.data(), meanSums_.data(),
+                                                           1.f / static_cast<float>(dims.rows / dims.t),
+                                                           byPosition_.data(), static_cast<int64_t>(positionSums_.size()));
   }
 
   at::Tensor tableTensor(const std::vector<float>& table) const {
@@ -217,16 +383,20 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
   }
 
   CodecPtr inner_;
+  const BlockFormat* format_ = nullptr;  // the fused path's format, or null
+  bool rotate_ = false;
   at::Tensor ids_;
   int64_t d_ = 0;                  // the stream's width, 0 before its first message
   std::vector<float> byToken_;     // [vocab seen so far, d]
   std::vector<float> byPosition_;  // [T, d]
-  // learn()'s scratch, kept between messages.
+  // The update's scratch, kept between messages.
   std::vector<int32_t> slot_;
   std::vector<int64_t> seen_;
   std::vector<int64_t> counts_;
-  std::vector<float> means_;
-  std::vector<float> sums_;
+  std::vector<float> means_;         // per seen token: the sum of its rows, then their mean
+  std::vector<float> positionSums_;  // [T, d]
+  std::vector<float> meanSums_;      // [T, d]
+  std::vector<float> scratch_;       // the fused path's chunk
 };
 
 }  // namespace

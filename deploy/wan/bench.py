@@ -196,6 +196,7 @@ def compression_table():
     print("|---|---:|---:|---:|---|---|")
     strategies = [("none", "none"), ("fp16", "fp16"), ("int8", "int8"), ("fp16+svd:0.6", "int8"),
                   ("fp16+svd:0.2", "int8"), ("topk:0.1", "topk:0.1"), ("q13", "q13"), ("q13+rot", "q13+rot"),
+                  ("q13+pred", "q13+rot"),
                   ("auto", "auto")]
     if os.environ.get("STRATEGIES"):  # "F/B,F/B": these rows instead
         strategies = [tuple(pair.split("/", 1)) for pair in os.environ["STRATEGIES"].split(",")]

@@ -155,6 +155,14 @@ TEST_CASE("q13+pred refuses what it cannot carry") {
   CHECK_THROWS_AS(codec->decode(otherShape), skytrain::WireError);
   CHECK_THROWS_WITH(codec->encode(torch::tensor({std::nanf("")}).expand({kB, kT, kD}).contiguous()), Catch::Contains("NaN/Inf"));
 
+  // An empty micro-batch round-trips and teaches the tables nothing.
+  auto empty = builtinCodecs().make("q13+pred");
+  setTokens(*empty, torch::zeros({0, kT}, torch::kLong));
+  CHECK(empty->decode(empty->encode(torch::zeros({0, kT, kD}))).sizes() == torch::IntArrayRef({0, kT, kD}));
+  setTokens(*empty, torch::zeros({kB, 0}, torch::kLong));
+  CHECK(empty->decode(empty->encode(torch::zeros({kB, 0, kD}))).numel() == 0);
+  for (const auto& [name, table] : empty->state()) CHECK(table.abs().sum().item<double>() == 0.0);
+
   const auto& registry = builtinCodecs();
   CHECK_THROWS_WITH(registry.make("pred"), Catch::Contains("needs a codec left of it"));
   CHECK_THROWS_WITH(registry.make("pred+q13"), Catch::Contains("must be the last element"));
