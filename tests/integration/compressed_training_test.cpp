@@ -95,6 +95,23 @@ TEST_CASE("q13+pred forward, q13 backward: 8x fewer bytes both ways, trains and 
   CHECK(status["summary"]["bytes_raw_per_step"].get<double>() / (expected - headers) == 8.0);
 }
 
+TEST_CASE("q13+pred with two copies of each stage: each pipeline's link predicts from its own samples",
+          "[integration]") {
+  TestDaemon a("pra"), b("prb"), c("prc");
+  zmq::context_t context;
+  Json s = spec(a.control(), b.control(), "q13+pred", "q13+rot");
+  s["steps"] = 20;
+  s["stages"][0]["replicas"] = {{{"daemon", c.control()}}};
+  s["stages"][1]["replicas"] = {{{"daemon", b.control()}, {"device", "cpu"}}};
+  const Json status = runJob(context, a.control(), s);
+  REQUIRE(status["state"] == "succeeded");
+  CHECK(std::isfinite(status["summary"]["validation_loss"].get<double>()));
+  // Two pipelines, each with half the batch, each micro-batch's frames of q13's size.
+  const int64_t elements = kTokensPerMicroBatch * kDModel;
+  const double frames = kMicroBatches * (header("q13+pred") + elements / 4.0) + kMicroBatches * (header("q13+rot") + elements / 4.0);
+  CHECK(status["steps"][1]["bytes_sent"].get<double>() == 2 * frames);
+}
+
 TEST_CASE("the warm-up codec applies to the first steps, both directions", "[integration]") {
   TestDaemon a("wa"), b("wb");
   zmq::context_t context;
