@@ -159,6 +159,7 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
     }
     at::Tensor copy = ids.to(torch::kCPU, torch::kLong).contiguous();
     if (copy.numel() > 0 && copy.min().item<int64_t>() < 0) throw Error("codec \"" + spec() + "\": a negative token ID");
+    vocab_ = copy.numel() > 0 ? copy.max().item<int64_t>() + 1 : 0;
     ids_ = std::move(copy);
   }
 
@@ -296,7 +297,7 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
     }
     if (d_ > 0 && shape[2] != d_) fail("the stream's width was " + std::to_string(d_) + ", this tensor's is " + std::to_string(shape[2]));
     d_ = shape[2];
-    const int64_t vocab = ids_.numel() > 0 ? ids_.max().item<int64_t>() + 1 : 0;
+    const int64_t vocab = vocab_;
     if (vocab > kMaxTableFloats / d_ || shape[1] > kMaxTableFloats / d_) {
       fail("its tables would pass " + std::to_string(kMaxTableFloats) + " floats");
     }
@@ -386,6 +387,7 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
   const BlockFormat* format_ = nullptr;  // the fused path's format, or null
   bool rotate_ = false;
   at::Tensor ids_;
+  int64_t vocab_ = 0;              // the largest of ids_, plus one
   int64_t d_ = 0;                  // the stream's width, 0 before its first message
   std::vector<float> byToken_;     // [vocab seen so far, d]
   std::vector<float> byPosition_;  // [T, d]
