@@ -20,8 +20,8 @@ Codecs (64-element blocks of the flattened tensor, as compression/):
              cost d_model scales a message)
   X@ef       X with error feedback: the previous message's error is added before encoding
   X@pred     X on the activation less a prediction both ends can make: a table by token ID
-             plus one by position, each an average of earlier decoded messages
-             (compression/predictive_codec.cpp's "X+pred")
+             plus one by position, each an average of earlier decoded messages (every
+             fourth; compression/predictive_codec.cpp's "X+pred")
   X@pred2    the same plus a table by (previous token ID, token ID)
   int4       fifteen levels a 32-block, float32 scale absmax / 7 (compression/int4_codec.cpp)
   int6       sixty-three levels a 64-block, scale absmax / 31 (not in compression/)
@@ -49,6 +49,7 @@ import torch_pipeline as tp  # noqa: E402
 from delayed_update_probe import CLIP, run_seeds, validation_loss  # noqa: E402
 
 BLOCK = 64
+LEARN_EVERY = 4  # compression/predictive_codec.cpp's kLearnEvery
 
 
 def hadamard(n):
@@ -131,6 +132,7 @@ class Codec:
         self.ids = None  # @pred: this message's token IDs (the receiver knows them from its targets)
         self.by_token = self.by_position = None  # @pred: the shared predictor's tables
         self.energy = []  # @pred: |x - prediction|^2 / |x|^2 of each message
+        self.messages = 0  # @pred: the tables learn from every LEARN_EVERY-th message
 
     def __call__(self, x):
         if self.base == "none":
@@ -158,7 +160,9 @@ class Codec:
             self.residual = flat - decoded
         if prediction is not None:
             decoded = decoded + prediction
-            self.learn(decoded.reshape(shape))
+            if self.messages % LEARN_EVERY == 0:
+                self.learn(decoded.reshape(shape))
+            self.messages += 1
         if scale is not None:
             decoded = decoded * scale
         if self.chan == "chan":

@@ -6,13 +6,14 @@
 // quarter to a twentieth on the demo GPT's block-2 boundary, docs/EXPERIMENTS.md), and
 // the inner codec's error, which scales with its input's magnitude, shrinks with it.
 //
-// The two tables start at zero and learn only from what the receiver decodes: after each
-// message, with r' the decoded residual and rate 1/2,
+// The two tables start at zero and learn only from what the receiver decodes: after every
+// fourth message of the stream (the first, the fifth, ...), with r' its decoded residual and
+// rate 1/2,
 //   by_token[k]    += rate * mean of r' over the rows whose token is k,
 //   by_position[t] += rate * mean over b of (r'(b, t) - rate * that mean for id(b, t)).
-// The sender decodes its own message to learn the same r', so the tables stay equal at both
+// The sender decodes those messages to learn the same r', so the tables stay equal at both
 // ends: the updates are the same float operations on the same bytes in the same order. The
-// tables are the codec's state (saved in checkpoints at both ends).
+// tables and the message count are the codec's state (saved in checkpoints at both ends).
 //
 // Error bound: the inner codec's, on the residual: x - x' = r - r'. Size: the inner codec's
 // for the same shape. The inner codec's NaN/Inf handling applies to the residual.
@@ -33,6 +34,9 @@ namespace skytrain::compression {
 namespace {
 
 constexpr float kRate = 0.5f;
+// The tables learn from every kLearnEvery-th message of a stream (the first included): the
+// sender decodes only those, so the others cost the prediction and the inner codec alone.
+constexpr uint64_t kLearnEvery = 4;
 // A table's floats: 2^26 (256 MB) is a vocabulary of 65,536 at d = 1,024.
 constexpr int64_t kMaxTableFloats = int64_t{1} << 26;
 
@@ -178,25 +182,32 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
       out.payload.assign(format_->size(dims.rows * dims.d), '\0');
       const int64_t chunk = chunkRows(dims.d);
       scratch_.resize(static_cast<size_t>(chunk * dims.d));
-      beginLearn(dims);
+      const bool learns = nextLearns();
+      if (learns) beginLearn(dims);
       for (int64_t first = 0; first < dims.rows; first += chunk) {
         const int64_t end = std::min(dims.rows, first + chunk), n = (end - first) * dims.d;
         char* payload = out.payload.data() + format_->size(first * dims.d);  // whole 64-blocks before it
         predict(dims, first, end, data + first * dims.d, scratch_.data(), -1.f);
-        if (!format_->encode(scratch_.data(), n, rotate_, payload)) throwNonFiniteOrOverflow(spec(), x);
+        if (!format_->encode(scratch_.data(), n, rotate_, payload)) {
+          --messages_;  // not sent: the stream has not moved
+          throwNonFiniteOrOverflow(spec(), x);
+        }
+        if (!learns) continue;
         format_->decode(payload, n, rotate_, scratch_.data());  // what the receiver will decode
         accumulate(dims, first, end, scratch_.data());
       }
-      finishLearn(dims);
+      if (learns) finishLearn(dims);
       return out;
     }
     at::Tensor residual = torch::empty_like(x);
     predict(dims, 0, dims.rows, data, residual.data_ptr<float>(), -1.f);
     out = inner_->encode(residual);
-    const at::Tensor decoded = inner_->decode(out).to(torch::kFloat).contiguous();
-    beginLearn(dims);
-    accumulate(dims, 0, dims.rows, decoded.data_ptr<float>());
-    finishLearn(dims);
+    if (nextLearns()) {
+      const at::Tensor decoded = inner_->decode(out).to(torch::kFloat).contiguous();
+      beginLearn(dims);
+      accumulate(dims, 0, dims.rows, decoded.data_ptr<float>());
+      finishLearn(dims);
+    }
     out.codec = spec();
     out.dtype = encodedHeader(spec(), input).dtype;
     return out;
@@ -215,15 +226,16 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
       requirePayloadSize(spec(), encoded, format_->size(dims.rows * dims.d));
       const int64_t chunk = chunkRows(dims.d);
       scratch_.resize(static_cast<size_t>(chunk * dims.d));
-      beginLearn(dims);
+      const bool learns = nextLearns();
+      if (learns) beginLearn(dims);
       for (int64_t first = 0; first < dims.rows; first += chunk) {
         const int64_t end = std::min(dims.rows, first + chunk);
         format_->decode(encoded.payload.data() + format_->size(first * dims.d), (end - first) * dims.d, rotate_,
                         scratch_.data());
-        accumulate(dims, first, end, scratch_.data());
+        if (learns) accumulate(dims, first, end, scratch_.data());
         predict(dims, first, end, scratch_.data(), restored + first * dims.d, 1.f);
       }
-      finishLearn(dims);
+      if (learns) finishLearn(dims);
       return out.to(toScalarType(encoded.dtype));
     }
     EncodedTensor inner = encoded;
@@ -232,9 +244,11 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
     const at::Tensor residual = inner_->decode(inner).to(torch::kFloat).contiguous();
     if (residual.numel() != dims.rows * dims.d) throw WireError("codec \"" + spec() + "\": the inner codec's tensor has the wrong size");
     predict(dims, 0, dims.rows, residual.data_ptr<float>(), restored, 1.f);
-    beginLearn(dims);
-    accumulate(dims, 0, dims.rows, residual.data_ptr<float>());
-    finishLearn(dims);
+    if (nextLearns()) {
+      beginLearn(dims);
+      accumulate(dims, 0, dims.rows, residual.data_ptr<float>());
+      finishLearn(dims);
+    }
     return out.to(toScalarType(encoded.dtype));
   }
 
@@ -243,27 +257,36 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
     if (d_ > 0) {
       out.emplace_back("by_token", tableTensor(byToken_));
       out.emplace_back("by_position", tableTensor(byPosition_));
+      out.emplace_back("messages", torch::tensor(static_cast<int64_t>(messages_), torch::kLong));
     }
     return out;
   }
 
   void loadState(const CodecState& state) override {
     inner_->loadState(stateUnder("inner/", state));
-    at::Tensor token, position;
+    at::Tensor token, position, messages;
     for (const auto& [name, tensor] : state) {
       if (name == "by_token") {
         token = tensor;
       } else if (name == "by_position") {
         position = tensor;
+      } else if (name == "messages") {
+        messages = tensor;
       } else if (name.rfind("inner/", 0) != 0) {
         throw WireError("codec " + spec() + ": unexpected state \"" + name + "\"");
       }
     }
     d_ = 0;
+    messages_ = 0;
     byToken_.clear();
     byPosition_.clear();
-    if (!token.defined() && !position.defined()) return;  // the stream had not begun
-    if (!token.defined() || !position.defined()) throw WireError("codec " + spec() + ": one of its two tables is missing");
+    if (!token.defined() && !position.defined() && !messages.defined()) return;  // the stream had not begun
+    if (!token.defined() || !position.defined() || !messages.defined()) {
+      throw WireError("codec " + spec() + ": its state needs by_token, by_position and messages");
+    }
+    if (messages.numel() != 1 || messages.scalar_type() != torch::kLong || messages.item<int64_t>() < 0) {
+      throw WireError("codec " + spec() + ": its message count must be one non-negative int64");
+    }
     for (const at::Tensor* t : {&token, &position}) {
       if (t->dim() != 2 || t->scalar_type() != torch::kFloat || t->size(1) < 1 || t->size(1) != token.size(1) ||
           t->numel() > kMaxTableFloats) {
@@ -272,6 +295,7 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
       }
     }
     d_ = token.size(1);
+    messages_ = static_cast<uint64_t>(messages.item<int64_t>());
     byToken_ = tableVector(token);
     byPosition_ = tableVector(position);
   }
@@ -311,6 +335,9 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
     const int64_t unit = 64 / std::gcd<int64_t>(d, 64);
     return unit * std::max<int64_t>(1, 8192 / (unit * d));
   }
+
+  // Whether this message teaches the tables; counts it.
+  bool nextLearns() { return messages_++ % kLearnEvery == 0; }
 
   Rows rows(const Dims& dims) const { return {ids_.data_ptr<int64_t>(), dims.t, dims.d}; }
 
@@ -388,6 +415,7 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
   bool rotate_ = false;
   at::Tensor ids_;
   int64_t vocab_ = 0;              // the largest of ids_, plus one
+  uint64_t messages_ = 0;          // non-empty messages of the stream so far
   int64_t d_ = 0;                  // the stream's width, 0 before its first message
   std::vector<float> byToken_;     // [vocab seen so far, d]
   std::vector<float> byPosition_;  // [T, d]
