@@ -26,6 +26,7 @@
 #include "compression/block_codec.h"
 #include "compression/codec_util.h"
 #include "compression/codecs.h"
+#include "compression/prediction_kernels.h"
 #include "compression/side_tokens.h"
 #include "compression/tensor_bytes.h"
 #include "scheduler/error.h"
@@ -33,114 +34,11 @@
 namespace skytrain::compression {
 namespace {
 
-constexpr float kRate = 0.5f;
 // The tables learn from every kLearnEvery-th message of a stream (the first included): the
 // sender decodes only those, so the others cost the prediction and the inner codec alone.
 constexpr uint64_t kLearnEvery = 4;
 // A table's floats: 2^26 (256 MB) is a vocabulary of 65,536 at d = 1,024.
 constexpr int64_t kMaxTableFloats = int64_t{1} << 26;
-
-// The per-element loops, built twice: portable and for AVX2, without FMA, so that both
-// builds give the same floats (two ends on different CPUs keep equal tables).
-struct Rows {
-  const int64_t* id;  // token IDs, one per row
-  int64_t t;          // rows per sequence
-  int64_t d;          // floats per row
-};
-
-// Rows [first, end): out = in + sign * (token[id] + position[t]); in and out start at row first.
-__attribute__((always_inline)) inline void predictBody(const Rows& r, const float* token, const float* position,
-                                                       int64_t first, int64_t end, const float* in, float* out,
-                                                       float sign) {
-  for (int64_t row = first; row < end; ++row) {
-    const float* __restrict a = token + r.id[row] * r.d;
-    const float* __restrict b = position + (row % r.t) * r.d;
-    const float* __restrict x = in + (row - first) * r.d;
-    float* __restrict y = out + (row - first) * r.d;
-    for (int64_t j = 0; j < r.d; ++j) y[j] = x[j] + sign * (a[j] + b[j]);
-  }
-}
-
-// Adds each row of `residual` (starting at row first) to its token's sum (sums, by slot[id])
-// and to its position's sum.
-__attribute__((always_inline)) inline void accumulateBody(const Rows& r, const int32_t* slot, float* sums,
-                                                          float* positions, int64_t first, int64_t end,
-                                                          const float* residual) {
-  for (int64_t row = first; row < end; ++row) {
-    float* __restrict sum = sums + slot[r.id[row]] * r.d;
-    float* __restrict position = positions + (row % r.t) * r.d;
-    const float* __restrict x = residual + (row - first) * r.d;
-    for (int64_t j = 0; j < r.d; ++j) {
-      sum[j] += x[j];
-      position[j] += x[j];
-    }
-  }
-}
-
-// For every row: out[t] += means[slot[id]].
-__attribute__((always_inline)) inline void addMeansBody(const Rows& r, int64_t rows, const int32_t* slot,
-                                                        const float* means, float* out) {
-  for (int64_t row = 0; row < rows; ++row) {
-    const float* __restrict mean = means + slot[r.id[row]] * r.d;
-    float* __restrict sum = out + (row % r.t) * r.d;
-    for (int64_t j = 0; j < r.d; ++j) sum[j] += mean[j];
-  }
-}
-
-void predictPortable(const Rows& r, const float* token, const float* position, int64_t first, int64_t end,
-                     const float* in, float* out, float sign) {
-  predictBody(r, token, position, first, end, in, out, sign);
-}
-__attribute__((target("avx2"))) void predictAvx2(const Rows& r, const float* token, const float* position,
-                                                 int64_t first, int64_t end, const float* in, float* out, float sign) {
-  predictBody(r, token, position, first, end, in, out, sign);
-}
-void accumulatePortable(const Rows& r, const int32_t* slot, float* sums, float* positions, int64_t first,
-                        int64_t end, const float* residual) {
-  accumulateBody(r, slot, sums, positions, first, end, residual);
-}
-__attribute__((target("avx2"))) void accumulateAvx2(const Rows& r, const int32_t* slot, float* sums,
-                                                    float* positions, int64_t first, int64_t end,
-                                                    const float* residual) {
-  accumulateBody(r, slot, sums, positions, first, end, residual);
-}
-void addMeansPortable(const Rows& r, int64_t rows, const int32_t* slot, const float* means, float* out) {
-  addMeansBody(r, rows, slot, means, out);
-}
-__attribute__((target("avx2"))) void addMeansAvx2(const Rows& r, int64_t rows, const int32_t* slot,
-                                                  const float* means, float* out) {
-  addMeansBody(r, rows, slot, means, out);
-}
-
-__attribute__((always_inline)) inline void meanStepBody(float* __restrict mean, float inverse, float* __restrict token,
-                                                        int64_t d) {
-  for (int64_t j = 0; j < d; ++j) {
-    mean[j] *= inverse;
-    token[j] += kRate * mean[j];
-  }
-}
-void meanStepPortable(float* mean, float inverse, float* token, int64_t d) { meanStepBody(mean, inverse, token, d); }
-__attribute__((target("avx2"))) void meanStepAvx2(float* mean, float inverse, float* token, int64_t d) {
-  meanStepBody(mean, inverse, token, d);
-}
-
-// position += rate * ((sums - rate * means) * inverse), element by element.
-__attribute__((always_inline)) inline void positionStepBody(const float* __restrict sums, const float* __restrict means,
-                                                            float inverse, float* __restrict position, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) position[i] += kRate * ((sums[i] - kRate * means[i]) * inverse);
-}
-void positionStepPortable(const float* sums, const float* means, float inverse, float* position, int64_t n) {
-  positionStepBody(sums, means, inverse, position, n);
-}
-__attribute__((target("avx2"))) void positionStepAvx2(const float* sums, const float* means, float inverse,
-                                                      float* position, int64_t n) {
-  positionStepBody(sums, means, inverse, position, n);
-}
-
-bool haveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
 
 class PredictiveCodec final : public Codec, public TokenConditioned {
  public:
@@ -339,12 +237,12 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
   // Whether this message teaches the tables; counts it.
   bool nextLearns() { return messages_++ % kLearnEvery == 0; }
 
-  Rows rows(const Dims& dims) const { return {ids_.data_ptr<int64_t>(), dims.t, dims.d}; }
+  prediction::Rows rows(const Dims& dims) const { return {ids_.data_ptr<int64_t>(), dims.t, dims.d}; }
 
   // Rows [first, end): out = in + sign * (by_token[id] + by_position[t]); `in` and `out`
   // point at row `first`.
   void predict(const Dims& dims, int64_t first, int64_t end, const float* in, float* out, float sign) const {
-    (haveAvx2() ? predictAvx2 : predictPortable)(rows(dims), byToken_.data(), byPosition_.data(), first, end, in, out, sign);
+    prediction::predict(rows(dims), byToken_.data(), byPosition_.data(), first, end, in, out, sign);
   }
 
   // The tables' update from the decoded residual r' (the header's formulas), in three parts:
@@ -370,27 +268,20 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
       }
       ++counts_[static_cast<size_t>(s)];
     }
-    (haveAvx2() ? accumulateAvx2 : accumulatePortable)(rows(dims), slot_.data(), means_.data(), positionSums_.data(),
-                                                       first, end, residual);
-  }
-
-  // mean = sum * inverse (the count's), in place; token += rate * mean.
-  static void scaleAdd(float* mean, float inverse, float* token, int64_t d) {
-    (haveAvx2() ? meanStepAvx2 : meanStepPortable)(mean, inverse, token, d);
+    prediction::accumulate(rows(dims), slot_.data(), means_.data(), positionSums_.data(), first, end, residual);
   }
 
   // by_token moves by rate times each token's mean; by_position by rate times the mean over
   // b of what that leaves: (sum of r' - rate * sum of the rows' token means) / B.
   void finishLearn(const Dims& dims) {
     for (size_t s = 0; s < seen_.size(); ++s) {
-      scaleAdd(means_.data() + static_cast<int64_t>(s) * dims.d, 1.f / static_cast<float>(counts_[s]),
-               byToken_.data() + seen_[s] * dims.d, dims.d);
+      prediction::meanStep(means_.data() + static_cast<int64_t>(s) * dims.d, 1.f / static_cast<float>(counts_[s]),
+                           byToken_.data() + seen_[s] * dims.d, dims.d);
     }
     meanSums_.assign(positionSums_.size(), 0.f);
-    (haveAvx2() ? addMeansAvx2 : addMeansPortable)(rows(dims), dims.rows, slot_.data(), means_.data(), meanSums_.data());
-    (haveAvx2() ? positionStepAvx2 : positionStepPortable)(positionSums_.data(), meanSums_.data(),
-                                                           1.f / static_cast<float>(dims.rows / dims.t),
-                                                           byPosition_.data(), static_cast<int64_t>(positionSums_.size()));
+    prediction::addMeans(rows(dims), dims.rows, slot_.data(), means_.data(), meanSums_.data());
+    prediction::positionStep(positionSums_.data(), meanSums_.data(), 1.f / static_cast<float>(dims.rows / dims.t),
+                             byPosition_.data(), static_cast<int64_t>(positionSums_.size()));
   }
 
   at::Tensor tableTensor(const std::vector<float>& table) const {
@@ -432,11 +323,6 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
 }  // namespace
 
 TokenConditioned* tokenConditioned(Codec& codec) { return dynamic_cast<TokenConditioned*>(&codec); }
-
-bool needsTokens(const std::string& spec) {
-  const std::string suffix = "+pred";
-  return spec.size() >= suffix.size() && spec.compare(spec.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 CodecPtr makePredictiveCodec(const std::string& argument, CodecPtr inner) {
   if (!argument.empty()) throw Error("\"pred\" takes no argument");

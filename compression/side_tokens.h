@@ -4,9 +4,12 @@
 // (compression/predictive_codec.cpp) is one.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <string>
+
+// Torch-free, so that job specs (daemon/protocol) can check where "+pred" may stand.
+namespace at {
+class Tensor;
+}
 
 namespace skytrain::compression {
 
@@ -24,6 +27,9 @@ class TokenConditioned {
 TokenConditioned* tokenConditioned(Codec& codec);
 
 // True when a codec of this spec needs the token IDs at both ends ("...+pred").
-bool needsTokens(const std::string& spec);
+inline bool needsTokens(const std::string& spec) {
+  const std::string suffix = "+pred";
+  return spec.size() >= suffix.size() && spec.compare(spec.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 }  // namespace skytrain::compression

@@ -22,9 +22,14 @@ std::optional<double> PipelineRunner::runEval(uint64_t step) {
   const bool translation = spec_.model.kind == "translation";
   std::vector<std::string> hypotheses, references;
   // A codec that learns from its messages ("+pred") starts each validation pass from the
-  // training stream's state and leaves that state as it was; the receiver does the same
-  // (receive()).
-  if (next_ && compression::tokenConditioned(*evalCodec_)) evalCodec_->loadState(steady_.forward->state());
+  // training stream's state and leaves that state as it was, at both ends of the link.
+  if (compression::needsTokens(steadyForward_)) {
+    if (next_) evalCodec_->loadState(steady_.forward->state());
+    if (previous_) {
+      streamDecoder(FrameDirection::Eval, steadyForward_)
+          .loadState(streamDecoder(FrameDirection::Forward, steadyForward_).state());
+    }
+  }
   for (int chunk = 0; chunk * b < samples; ++chunk) {
     const int count = std::min(b, samples - chunk * b);
     stages::TokenBatch batch;

@@ -282,6 +282,7 @@ class PipelineRunner {
   CodecPair* codecs_ = &steady_;                     // the phase of the current step
   std::map<std::string, std::unique_ptr<compression::Codec>> decoders_;
   std::map<std::string, std::unique_ptr<compression::Codec>> streamDecoders_;  // "<direction>/<spec>"
+  static constexpr size_t kMaxDecoderStreams = 64;
   std::unique_ptr<PeerLink> previous_;
   std::unique_ptr<PeerLink> next_;
   bool fanIn_ = false;

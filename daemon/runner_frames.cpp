@@ -118,10 +118,6 @@ at::Tensor PipelineRunner::receive(PeerLink& link, FrameDirection direction, uin
                       frame.tensor.codec + "\", which needs token IDs this stage does not hold");
     }
     conditioned->setTokens(tokens.to(at::kCPU));
-    // A validation pass starts from the training stream's state, as its sender's does (runEval).
-    if (direction == FrameDirection::Eval && microBatch == 0) {
-      decoder.loadState(streamDecoder(FrameDirection::Forward, frame.tensor.codec).state());
-    }
   }
   return decoder.decode(frame.tensor).to(device_);
 }
@@ -155,17 +151,14 @@ void PipelineRunner::transmit(PeerLink& link, compression::Codec& codec, FrameDi
 }
 
 compression::Codec& PipelineRunner::streamDecoder(FrameDirection direction, const std::string& spec) {
-  auto& codec = streamDecoders_[compression::toString(direction) + "/" + spec];
-  if (!codec) {
-    // Each spec a peer names costs a decoder: a job uses a handful, so more is a bad peer.
-    constexpr size_t kMaxStreams = 64;
-    if (streamDecoders_.size() > kMaxStreams) {
-      streamDecoders_.erase(compression::toString(direction) + "/" + spec);
-      throw WireError("frames name more than " + std::to_string(kMaxStreams) + " codec streams");
-    }
-    codec = compression::builtinCodecs().make(spec);
+  const std::string key = compression::toString(direction) + "/" + spec;
+  if (auto it = streamDecoders_.find(key); it != streamDecoders_.end()) return *it->second;
+  // Each spec a peer names costs a decoder: a job uses a handful, so more is a bad peer.
+  if (streamDecoders_.size() >= kMaxDecoderStreams) {
+    throw WireError("frames name more than " + std::to_string(kMaxDecoderStreams) + " codec streams");
   }
-  return *codec;
+  auto codec = compression::builtinCodecs().make(spec);  // a spec it refuses leaves no entry behind
+  return *(streamDecoders_[key] = std::move(codec));
 }
 
 compression::Codec& PipelineRunner::decoderFor(const std::string& spec) {

@@ -211,8 +211,9 @@ void PipelineRunner::restoreDecoders(const std::map<std::string, at::Tensor>& te
     states[name.substr(head.size(), spec - head.size())].emplace_back(name.substr(spec + 1), tensor);
     used.insert(name);
   }
-  constexpr size_t kMaxStreams = 64;
-  if (states.size() > kMaxStreams) throw WireError(where + ": more than " + std::to_string(kMaxStreams) + " decoder streams");
+  if (states.size() > kMaxDecoderStreams) {
+    throw WireError(where + ": more than " + std::to_string(kMaxDecoderStreams) + " decoder streams");
+  }
   for (auto& [stream, state] : states) {
     std::unique_ptr<compression::Codec> codec;
     try {
