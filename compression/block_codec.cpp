@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include "compression/codec_util.h"
+#include "compression/hadamard.h"
+#include "compression/int4_avx2.h"
 #include "compression/tensor_bytes.h"
 #include "scheduler/error.h"
 
@@ -14,6 +16,8 @@ const BlockFormat* blockFormat(const std::string& spec) {
   }
   return nullptr;
 }
+
+bool fusesResidual(int64_t d) { return d > 0 && d % kRotationBlock == 0 && haveAvx2Fma(); }
 
 std::string encodeBlocks(const BlockFormat& format, const std::string& codec, const at::Tensor& input, bool rotate) {
   const at::Tensor x = floatInput(codec, input);

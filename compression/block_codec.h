@@ -9,6 +9,7 @@
 #include <string>
 
 #include "compression/codec.h"
+#include "compression/prediction_kernels.h"
 
 namespace skytrain::compression {
 
@@ -19,7 +20,19 @@ struct BlockFormat {
   // block holds NaN or Inf (or its rotation overflows).
   bool (*encode)(const float* data, int64_t n, bool rotate, char* payload);
   void (*decode)(const char* payload, int64_t n, bool rotate, float* out);  // size(n) bytes: the caller checks
+  // "+pred"'s fused forms (compression/predictive_codec.cpp), for rows of a width d that is a
+  // multiple of 64, on a CPU with AVX2 and FMA (fusesResidual): encode rows [first, end) of
+  // `data` (which points at row first) less their prediction, x - (token + position), the
+  // same bytes as encode() of that difference; decode() of such a payload plus the
+  // prediction, r' + (token + position), the same floats as adding it afterwards.
+  bool (*encodeResidual)(const prediction::Predictor& p, int64_t first, int64_t end, const float* data, bool rotate,
+                         char* payload);
+  void (*decodeResidual)(const char* payload, const prediction::Predictor& p, int64_t first, int64_t end, bool rotate,
+                         float* out);
 };
+
+// Whether encodeResidual and decodeResidual take rows of width d on this CPU.
+bool fusesResidual(int64_t d);
 
 extern const BlockFormat kInt3Format;  // compression/int3_codec.cpp
 extern const BlockFormat kQ13Format;   // compression/q13_codec.cpp

@@ -148,8 +148,9 @@ struct Int3Kernels {
 
 }  // namespace
 
-const BlockFormat kInt3Format = {"int3", int3Size, rotated_blocks::encode<Int3Kernels>,
-                                    rotated_blocks::decode<Int3Kernels>};
+const BlockFormat kInt3Format = {"int3", int3Size,
+                                   rotated_blocks::encode<Int3Kernels>,         rotated_blocks::decode<Int3Kernels>,
+                                   rotated_blocks::encodeResidual<Int3Kernels>, rotated_blocks::decodeResidual<Int3Kernels>};
 
 CodecPtr makeInt3Codec(const std::string& argument, CodecPtr inner) {
   requireNoArgument("int3", argument, inner.get());

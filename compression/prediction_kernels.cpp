@@ -7,12 +7,12 @@ namespace skytrain::compression::prediction {
 namespace {
 
 // Rows [first, end): out = in + sign * (token[id] + position[t]); in and out start at row first.
-__attribute__((always_inline)) inline void predictBody(const Rows& r, const float* token, const float* position,
-                                                       int64_t first, int64_t end, const float* in, float* out,
-                                                       float sign) {
+__attribute__((always_inline)) inline void predictBody(const Predictor& p, int64_t first, int64_t end, const float* in,
+                                                       float* out, float sign) {
+  const Rows& r = p.rows;
   for (int64_t row = first; row < end; ++row) {
-    const float* __restrict a = token + r.id[row] * r.d;
-    const float* __restrict b = position + (row % r.t) * r.d;
+    const float* __restrict a = p.token + r.id[row] * r.d;
+    const float* __restrict b = p.position + (row % r.t) * r.d;
     const float* __restrict x = in + (row - first) * r.d;
     float* __restrict y = out + (row - first) * r.d;
     for (int64_t j = 0; j < r.d; ++j) y[j] = x[j] + sign * (a[j] + b[j]);
@@ -45,13 +45,12 @@ __attribute__((always_inline)) inline void addMeansBody(const Rows& r, int64_t r
   }
 }
 
-void predictPortable(const Rows& r, const float* token, const float* position, int64_t first, int64_t end,
-                     const float* in, float* out, float sign) {
-  predictBody(r, token, position, first, end, in, out, sign);
+void predictPortable(const Predictor& p, int64_t first, int64_t end, const float* in, float* out, float sign) {
+  predictBody(p, first, end, in, out, sign);
 }
-__attribute__((target("avx2"))) void predictAvx2(const Rows& r, const float* token, const float* position,
-                                                 int64_t first, int64_t end, const float* in, float* out, float sign) {
-  predictBody(r, token, position, first, end, in, out, sign);
+__attribute__((target("avx2"))) void predictAvx2(const Predictor& p, int64_t first, int64_t end, const float* in,
+                                                 float* out, float sign) {
+  predictBody(p, first, end, in, out, sign);
 }
 void accumulatePortable(const Rows& r, const int32_t* slot, float* sums, float* positions, int64_t first,
                         int64_t end, const float* residual) {
@@ -102,9 +101,8 @@ bool haveAvx2() {
 
 }  // namespace
 
-void predict(const Rows& r, const float* token, const float* position, int64_t first, int64_t end, const float* in,
-             float* out, float sign) {
-  (haveAvx2() ? predictAvx2 : predictPortable)(r, token, position, first, end, in, out, sign);
+void predict(const Predictor& p, int64_t first, int64_t end, const float* in, float* out, float sign) {
+  (haveAvx2() ? predictAvx2 : predictPortable)(p, first, end, in, out, sign);
 }
 
 void accumulate(const Rows& r, const int32_t* slot, float* sums, float* positions, int64_t first, int64_t end,

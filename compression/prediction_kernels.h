@@ -8,6 +8,9 @@
 namespace skytrain::compression::prediction {
 
 constexpr float kRate = 0.5f;  // how far a table moves toward what a message shows
+// The tables learn from every kLearnEvery-th message of a stream (the first included): the
+// sender decodes only those, so the others cost the prediction and the inner codec alone.
+constexpr uint64_t kLearnEvery = 4;
 
 struct Rows {
   const int64_t* id;  // token IDs, one per row
@@ -15,9 +18,15 @@ struct Rows {
   int64_t d;          // floats per row
 };
 
+// The rows and the two tables: row r's prediction is token[id[r]] + position[r % t].
+struct Predictor {
+  Rows rows;
+  const float* token;     // [vocab, d]
+  const float* position;  // [t, d]
+};
+
 // Rows [first, end): out = in + sign * (token[id] + position[t]); in and out start at row first.
-void predict(const Rows& r, const float* token, const float* position, int64_t first, int64_t end, const float* in,
-             float* out, float sign);
+void predict(const Predictor& p, int64_t first, int64_t end, const float* in, float* out, float sign);
 // Adds each row of `residual` (starting at row first) to its token's sum (sums, row slot[id])
 // and to its position's sum.
 void accumulate(const Rows& r, const int32_t* slot, float* sums, float* positions, int64_t first, int64_t end,

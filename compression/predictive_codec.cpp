@@ -34,9 +34,6 @@
 namespace skytrain::compression {
 namespace {
 
-// The tables learn from every kLearnEvery-th message of a stream (the first included): the
-// sender decodes only those, so the others cost the prediction and the inner codec alone.
-constexpr uint64_t kLearnEvery = 4;
 // A table's floats: 2^26 (256 MB) is a vocabulary of 65,536 at d = 1,024.
 constexpr int64_t kMaxTableFloats = int64_t{1} << 26;
 
@@ -80,13 +77,19 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
       out.payload.assign(format_->size(dims.rows * dims.d), '\0');
       const int64_t chunk = chunkRows(dims.d);
       scratch_.resize(static_cast<size_t>(chunk * dims.d));
-      const bool learns = nextLearns();
+      const bool learns = nextLearns(), fused = fusesResidual(dims.d);
       if (learns) beginLearn(dims);
       for (int64_t first = 0; first < dims.rows; first += chunk) {
         const int64_t end = std::min(dims.rows, first + chunk), n = (end - first) * dims.d;
         char* payload = out.payload.data() + format_->size(first * dims.d);  // whole 64-blocks before it
-        predict(dims, first, end, data + first * dims.d, scratch_.data(), -1.f);
-        if (!format_->encode(scratch_.data(), n, rotate_, payload)) {
+        bool finite;
+        if (fused) {
+          finite = format_->encodeResidual(predictor(dims), first, end, data + first * dims.d, rotate_, payload);
+        } else {
+          predict(dims, first, end, data + first * dims.d, scratch_.data(), -1.f);
+          finite = format_->encode(scratch_.data(), n, rotate_, payload);
+        }
+        if (!finite) {
           --messages_;  // not sent: the stream has not moved
           throwNonFiniteOrOverflow(spec(), x);
         }
@@ -128,8 +131,12 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
       if (learns) beginLearn(dims);
       for (int64_t first = 0; first < dims.rows; first += chunk) {
         const int64_t end = std::min(dims.rows, first + chunk);
-        format_->decode(encoded.payload.data() + format_->size(first * dims.d), (end - first) * dims.d, rotate_,
-                        scratch_.data());
+        const char* payload = encoded.payload.data() + format_->size(first * dims.d);
+        if (!learns && fusesResidual(dims.d)) {  // no residual to learn from: add the prediction in registers
+          format_->decodeResidual(payload, predictor(dims), first, end, rotate_, restored + first * dims.d);
+          continue;
+        }
+        format_->decode(payload, (end - first) * dims.d, rotate_, scratch_.data());
         if (learns) accumulate(dims, first, end, scratch_.data());
         predict(dims, first, end, scratch_.data(), restored + first * dims.d, 1.f);
       }
@@ -235,14 +242,15 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
   }
 
   // Whether this message teaches the tables; counts it.
-  bool nextLearns() { return messages_++ % kLearnEvery == 0; }
+  bool nextLearns() { return messages_++ % prediction::kLearnEvery == 0; }
 
   prediction::Rows rows(const Dims& dims) const { return {ids_.data_ptr<int64_t>(), dims.t, dims.d}; }
+  prediction::Predictor predictor(const Dims& dims) const { return {rows(dims), byToken_.data(), byPosition_.data()}; }
 
   // Rows [first, end): out = in + sign * (by_token[id] + by_position[t]); `in` and `out`
   // point at row `first`.
   void predict(const Dims& dims, int64_t first, int64_t end, const float* in, float* out, float sign) const {
-    prediction::predict(rows(dims), byToken_.data(), byPosition_.data(), first, end, in, out, sign);
+    prediction::predict(predictor(dims), first, end, in, out, sign);
   }
 
   // The tables' update from the decoded residual r' (the header's formulas), in three parts:

@@ -177,8 +177,9 @@ struct Q13Kernels {
 
 }  // namespace
 
-const BlockFormat kQ13Format = {"q13", q13Size, rotated_blocks::encode<Q13Kernels>,
-                                    rotated_blocks::decode<Q13Kernels>};
+const BlockFormat kQ13Format = {"q13", q13Size,
+                                 rotated_blocks::encode<Q13Kernels>,         rotated_blocks::decode<Q13Kernels>,
+                                 rotated_blocks::encodeResidual<Q13Kernels>, rotated_blocks::decodeResidual<Q13Kernels>};
 
 CodecPtr makeQ13Codec(const std::string& argument, CodecPtr inner) {
   requireNoArgument("q13", argument, inner.get());

@@ -22,6 +22,7 @@
 #include "compression/float_bits.h"
 #include "compression/hadamard.h"
 #include "compression/int4_avx2.h"
+#include "compression/prediction_kernels.h"
 
 namespace skytrain::compression {
 namespace rotated_blocks {
@@ -50,6 +51,59 @@ __attribute__((target("avx2,fma"))) void decodeWhole(const char* payload, int64_
     if (rotate) hadamardRegistersUnscaled(r);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) _mm256_storeu_ps(out + b * kRotationBlock + 8 * k, r[k]);
+  }
+}
+
+// BlockFormat::encodeResidual: rows [first, end) less their prediction, quantised in
+// registers as encodeWhole quantises the difference; blocks numbered from row first. The
+// caller checks fusesResidual(d). False on NaN or Inf.
+template <class K>
+__attribute__((target("avx2,fma"))) bool encodeResidual(const prediction::Predictor& p, int64_t first, int64_t end,
+                                                        const float* data, bool rotate, char* payload) {
+  const float fold = rotate ? 0.125f : 1.f;
+  const int64_t d = p.rows.d, blocks = (end - first) * (d / kRotationBlock);
+  int64_t b = 0;
+  for (int64_t row = first; row < end; ++row) {
+    const float* x = data + (row - first) * d;
+    const float* token = p.token + p.rows.id[row] * d;
+    const float* position = p.position + (row % p.rows.t) * d;
+    for (int64_t j = 0; j < d; j += kRotationBlock, ++b) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const int64_t at = j + 8 * k;
+        r[k] = _mm256_sub_ps(_mm256_loadu_ps(x + at),
+                             _mm256_add_ps(_mm256_loadu_ps(token + at), _mm256_loadu_ps(position + at)));
+      }
+      if (rotate) hadamardRegistersUnscaled(r);
+      if (K::quantise(r, fold, payload, blocks, b) >= kNonFiniteBits) return false;
+    }
+  }
+  return true;
+}
+
+// BlockFormat::decodeResidual: the inverse, each row's prediction added in registers.
+template <class K>
+__attribute__((target("avx2,fma"))) void decodeResidual(const char* payload, const prediction::Predictor& p,
+                                                       int64_t first, int64_t end, bool rotate, float* out) {
+  const float fold = rotate ? 0.125f : 1.f;
+  const int64_t d = p.rows.d, blocks = (end - first) * (d / kRotationBlock);
+  int64_t b = 0;
+  for (int64_t row = first; row < end; ++row) {
+    float* y = out + (row - first) * d;
+    const float* token = p.token + p.rows.id[row] * d;
+    const float* position = p.position + (row % p.rows.t) * d;
+    for (int64_t j = 0; j < d; j += kRotationBlock, ++b) {
+      __m256 r[8];
+      K::restore(payload, blocks, b, fold, r);
+      if (rotate) hadamardRegistersUnscaled(r);
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const int64_t at = j + 8 * k;
+        const __m256 prediction = _mm256_add_ps(_mm256_loadu_ps(token + at), _mm256_loadu_ps(position + at));
+        _mm256_storeu_ps(y + at, _mm256_add_ps(r[k], prediction));
+      }
+    }
   }
 }
 

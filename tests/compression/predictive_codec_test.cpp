@@ -17,16 +17,17 @@ namespace {
 
 constexpr int64_t kB = 4, kT = 16, kD = 64, kVocab = 20;
 
-// The prediction the codec's state makes for these IDs: by_token[id] + by_position[t].
-at::Tensor predictionOf(const Codec& codec, const at::Tensor& ids) {
+// The prediction the codec's state makes for these IDs (below kVocab, width d):
+// by_token[id] + by_position[t].
+at::Tensor predictionOf(const Codec& codec, const at::Tensor& ids, int64_t d = kD) {
   at::Tensor token, position;
   for (const auto& [name, tensor] : codec.state()) {
     if (name == "by_token") token = tensor;
     if (name == "by_position") position = tensor;
   }
-  if (!token.defined()) return torch::zeros({ids.size(0), ids.size(1), kD});
-  const at::Tensor padded = torch::cat({token, torch::zeros({std::max<int64_t>(0, kVocab - token.size(0)), kD})});
-  return padded.index_select(0, ids.reshape({-1})).reshape({ids.size(0), ids.size(1), kD}) +
+  if (!token.defined()) return torch::zeros({ids.size(0), ids.size(1), d});
+  const at::Tensor padded = torch::cat({token, torch::zeros({std::max<int64_t>(0, kVocab - token.size(0)), d})});
+  return padded.index_select(0, ids.reshape({-1})).reshape({ids.size(0), ids.size(1), d}) +
          position.narrow(0, 0, ids.size(1)).unsqueeze(0);
 }
 
@@ -94,6 +95,39 @@ TEST_CASE("q13+pred: q13's bound on the residual, the same tables at both ends, 
   // quantise is mostly the small noise.
   CHECK(firstError == Approx(plainError).epsilon(0.5));
   CHECK(lastError < plainError / 20);
+}
+
+// A width that is a multiple of 64 runs the fused kernels (the prediction taken off and added
+// back in registers, compression/rotated_blocks.h); 96 runs the prediction as its own pass.
+// Both must be the inner codec on x - prediction, and its decoding + prediction, bit for bit.
+// (One chunk of rows for int3, whose layout is per chunk; q13's is not, so 192 spans two.)
+TEST_CASE("<inner>+pred is the inner codec on the residual, fused or not") {
+  for (const auto& [inner, d] : std::vector<std::pair<std::string, int64_t>>{
+           {"q13", 64}, {"q13", 96}, {"q13", 192}, {"q13+rot", 64}, {"q13+rot", 96}, {"q13+rot", 192},
+           {"int3", 64}, {"int3", 96}, {"int3+rot", 64}, {"int3+rot", 96}}) {
+    INFO(inner << "+pred, d = " << d);
+    torch::manual_seed(5);
+    const at::Tensor embedding = torch::randn({kVocab, d}) * 3, positions = torch::randn({kT, d});
+    auto sender = builtinCodecs().make(inner + "+pred");
+    auto receiver = builtinCodecs().make(inner + "+pred");
+    auto plain = builtinCodecs().make(inner);
+    for (int message = 0; message < 6; ++message) {  // messages 0 and 4 teach the tables
+      const at::Tensor ids =
+          torch::randint(0, kVocab, {kB, kT}, at::make_generator<at::CPUGeneratorImpl>(message), torch::kLong);
+      const at::Tensor x = embedding.index_select(0, ids.reshape({-1})).reshape({kB, kT, d}) + positions.unsqueeze(0) +
+                           torch::randn({kB, kT, d}) * 0.3;
+      const at::Tensor prediction = predictionOf(*sender, ids, d);
+      setTokens(*sender, ids);
+      setTokens(*receiver, ids);
+      const EncodedTensor encoded = sender->encode(x);
+      CHECK(encoded.payload == plain->encode(x - prediction).payload);
+      EncodedTensor asPlain = encoded;
+      asPlain.codec = inner;
+      const at::Tensor decoded = receiver->decode(encoded);
+      CHECK(torch::equal(decoded, plain->decode(asPlain) + prediction));
+      CHECK(torch::equal(predictionOf(*sender, ids, d), predictionOf(*receiver, ids, d)));
+    }
+  }
 }
 
 TEST_CASE("q13+pred: a codec loaded with another's state encodes the next message as it would") {
