@@ -157,7 +157,12 @@ compression::Codec& PipelineRunner::streamDecoder(FrameDirection direction, cons
   if (streamDecoders_.size() >= kMaxDecoderStreams) {
     throw WireError("frames name more than " + std::to_string(kMaxDecoderStreams) + " codec streams");
   }
-  auto codec = compression::builtinCodecs().make(spec);  // a spec it refuses leaves no entry behind
+  std::unique_ptr<compression::Codec> codec;
+  try {
+    codec = compression::builtinCodecs().make(spec);  // a spec it refuses leaves no entry behind
+  } catch (const Error& e) {  // the peer named it: a malformed frame, not this stage's fault
+    throw WireError(compression::toString(direction) + " frame names codec \"" + spec + "\": " + e.what());
+  }
   return *(streamDecoders_[key] = std::move(codec));
 }
 

@@ -1,5 +1,6 @@
 // A frame from the assigned neighbour is still checked: its shape and dtype must be what the
-// receiving stage expects for that (step, micro-batch), before any decoder allocates.
+// receiving stage expects for that (step, micro-batch), before any decoder allocates; a codec
+// that needs token IDs ("+pred") only where the stage holds them, and its payload as any.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -36,11 +37,20 @@ protocol::JobSpec middleStageSpec() {
                {"daemon": "tcp://c:1", "layers": [2, 3]}]})");
 }
 
-std::string runWith(compression::TensorFrame frame) {
-  daemon::PipelineRunner runner(middleStageSpec(), 1, 7, 1e9);
+// Stage 1 of 2: it draws the micro-batch (for its targets), so it holds the token IDs.
+protocol::JobSpec lastStageSpec() {
+  return protocol::parseJobSpec(R"({"steps": 2, "batch_size": 2, "micro_batches": 1, "schedule": "1f1b",
+    "peer_timeout_s": 1, "model": {"d_model": 64, "heads": 2, "layers": 2, "d_ff": 32, "seq_len": 8},
+    "data": {"files": [")" SKYTRAIN_TEST_CORPUS R"("]},
+    "stages": [{"daemon": "tcp://a:1", "layers": [0, 1]}, {"daemon": "tcp://b:1", "layers": [1, 2]}]})");
+}
+
+std::string runWith(compression::TensorFrame frame, const protocol::JobSpec& spec = middleStageSpec()) {
+  daemon::PipelineRunner runner(spec, 1, 7, 1e9);
   auto previous = std::make_unique<ScriptedLink>();
   previous->inbound.push_back(std::move(frame));
-  runner.connect(std::move(previous), std::make_unique<ScriptedLink>());
+  const bool last = spec.stages.size() == 2;
+  runner.connect(std::move(previous), last ? nullptr : std::make_unique<ScriptedLink>());
   try {
     runner.runStep(0);
   } catch (const WireError& e) {
@@ -83,4 +93,23 @@ TEST_CASE("a frame of the expected shape is decoded and used") {
   previous->inbound.push_back(frame);
   runner.connect(std::move(previous), std::make_unique<ScriptedLink>());
   CHECK_THROWS_WITH(runner.runStep(0), Catch::Contains("no backward frame of step 0"));
+}
+
+TEST_CASE("a \"+pred\" frame at a stage without the token IDs is refused with the reason") {
+  // A middle stage draws no micro-batch: nothing to predict from, whatever the payload.
+  auto frame = forward({2, 8, 16}, std::string(2 * 8 * 16 / 2, '\0'));
+  frame.tensor.codec = "q13+pred";
+  CHECK(runWith(frame).find("uses codec \"q13+pred\", which needs token IDs this stage does not hold") !=
+        std::string::npos);
+}
+
+TEST_CASE("a crafted \"+pred\" frame at the last stage is refused as any crafted payload") {
+  auto frame = forward({2, 8, 64}, std::string(2 * 8 * 64 / 2 - 1, '\0'));  // one byte short of q13's size
+  frame.tensor.codec = "q13+pred";
+  CHECK(runWith(frame, lastStageSpec()).find("payload") != std::string::npos);
+  // Specs the registry refuses: the peer named them, so the frame is malformed.
+  frame.tensor.codec = "q13+pred+pred";
+  CHECK(runWith(frame, lastStageSpec()).find("frame names codec \"q13+pred+pred\"") != std::string::npos);
+  frame.tensor.codec = "ef(q13+pred)";
+  CHECK(runWith(frame, lastStageSpec()).find("cannot wrap") != std::string::npos);
 }
