@@ -16,7 +16,8 @@ Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch]
   Table a: A_STAGES="2 3" and A_RATES="inf 100 1000" (Mbit/s; inf is the single cloud, and
   must stay) choose its rows; A_STRATEGIES (default all, comma-separated) the strategies of
   each: none (none/none), article (fp16+svd:0.6 / int8), auto (auto/auto: the planner
-  chooses the codecs from the default lossless-quality list), and the same under the
+  chooses the codecs from the default lossless-quality list), pred (q13+pred / q13+rot: 8x
+  fewer bytes both ways, 2 stages only), and the same under the
   one-step-delayed update: none-delayed, auto-delayed. A_SWEEP="2 4 8" also runs the single
   cloud (synchronous, none) at each of these m and takes the fastest as the baseline of the
   ratio column.
@@ -138,6 +139,7 @@ STRATEGIES_A = {  # name: (label, forward, backward, update)
     "none": ("none", "none", "none", "sync"),
     "article": (f"{ARTICLE_FWD} / int8", ARTICLE_FWD, "int8", "sync"),
     "auto": ("auto / auto", "auto", "auto", "sync"),
+    "pred": ("q13+pred / q13+rot", "q13+pred", "q13+rot", "sync"),
     "none-delayed": ("none, delayed update", "none", "none", "delayed"),
     "auto-delayed": ("auto / auto, delayed update", "auto", "auto", "delayed"),
 }
@@ -154,6 +156,7 @@ def throughput_tables():
         for rate in os.environ.get("A_RATES", "inf 100 1000").split():
             links = ",".join([f"{rate}:{0 if rate == 'inf' else 20}"] * (stages - 1))
             chosen = os.environ.get("A_STRATEGIES", ",".join(STRATEGIES_A)).split(",")
+            chosen = [n for n in chosen if n != "pred" or stages == 2]  # +pred: a 2-stage job's forward link
 
             def measure():
                 out = {STRATEGIES_A[n][0]: run_job(stages, *STRATEGIES_A[n][1:3], update=STRATEGIES_A[n][3])
