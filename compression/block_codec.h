@@ -24,11 +24,13 @@ struct BlockFormat {
   // multiple of 64, on a CPU with AVX2 and FMA (fusesResidual): encode rows [first, end) of
   // `data` (which points at row first) less their prediction, x - (token + position), the
   // same bytes as encode() of that difference; decode() of such a payload plus the
-  // prediction, r' + (token + position), the same floats as adding it afterwards.
+  // prediction, r' + (token + position), the same floats as adding it afterwards. With
+  // `learn`, each row's decoded residual r' is also added into its sums, as
+  // prediction::accumulate adds it (the encoder restores r' from the bytes it just wrote).
   bool (*encodeResidual)(const prediction::Predictor& p, int64_t first, int64_t end, const float* data, bool rotate,
-                         char* payload);
+                         char* payload, const prediction::Sums* learn);
   void (*decodeResidual)(const char* payload, const prediction::Predictor& p, int64_t first, int64_t end, bool rotate,
-                         float* out);
+                         float* out, const prediction::Sums* learn);
 };
 
 // Whether encodeResidual and decodeResidual take rows of width d on this CPU.

@@ -25,6 +25,14 @@ struct Predictor {
   const float* position;  // [t, d]
 };
 
+// Where a learning message's decoded residual r' goes (see accumulate): row r's adds into
+// tokens[slot[id[r]]] and into positions[r % t].
+struct Sums {
+  const int32_t* slot;
+  float* tokens;
+  float* positions;
+};
+
 // Rows [first, end): out = in + sign * (token[id] + position[t]); in and out start at row first.
 void predict(const Predictor& p, int64_t first, int64_t end, const float* in, float* out, float sign);
 // Adds each row of `residual` (starting at row first) to its token's sum (sums, row slot[id])

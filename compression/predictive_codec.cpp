@@ -83,8 +83,10 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
         const int64_t end = std::min(dims.rows, first + chunk), n = (end - first) * dims.d;
         char* payload = out.payload.data() + format_->size(first * dims.d);  // whole 64-blocks before it
         bool finite;
-        if (fused) {
-          finite = format_->encodeResidual(predictor(dims), first, end, data + first * dims.d, rotate_, payload);
+        if (fused) {  // and, learning, the decoded residual into the sums, in registers
+          const prediction::Sums sums = learns ? countRows(dims, first, end) : prediction::Sums{};
+          finite = format_->encodeResidual(predictor(dims), first, end, data + first * dims.d, rotate_, payload,
+                                           learns ? &sums : nullptr);
         } else {
           predict(dims, first, end, data + first * dims.d, scratch_.data(), -1.f);
           finite = format_->encode(scratch_.data(), n, rotate_, payload);
@@ -93,7 +95,7 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
           --messages_;  // not sent: the stream has not moved
           throwNonFiniteOrOverflow(spec(), x);
         }
-        if (!learns) continue;
+        if (!learns || fused) continue;
         format_->decode(payload, n, rotate_, scratch_.data());  // what the receiver will decode
         accumulate(dims, first, end, scratch_.data());
       }
@@ -127,13 +129,15 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
       requirePayloadSize(spec(), encoded, format_->size(dims.rows * dims.d));
       const int64_t chunk = chunkRows(dims.d);
       scratch_.resize(static_cast<size_t>(chunk * dims.d));
-      const bool learns = nextLearns();
+      const bool learns = nextLearns(), fused = fusesResidual(dims.d);
       if (learns) beginLearn(dims);
       for (int64_t first = 0; first < dims.rows; first += chunk) {
         const int64_t end = std::min(dims.rows, first + chunk);
         const char* payload = encoded.payload.data() + format_->size(first * dims.d);
-        if (!learns && fusesResidual(dims.d)) {  // no residual to learn from: add the prediction in registers
-          format_->decodeResidual(payload, predictor(dims), first, end, rotate_, restored + first * dims.d);
+        if (fused) {  // the prediction added, and the residual learnt from, in registers
+          const prediction::Sums sums = learns ? countRows(dims, first, end) : prediction::Sums{};
+          format_->decodeResidual(payload, predictor(dims), first, end, rotate_, restored + first * dims.d,
+                                  learns ? &sums : nullptr);
           continue;
         }
         format_->decode(payload, (end - first) * dims.d, rotate_, scratch_.data());
@@ -254,7 +258,8 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
   }
 
   // The tables' update from the decoded residual r' (the header's formulas), in three parts:
-  // beginLearn, accumulate over the rows in order (r' points at row `first`), finishLearn.
+  // beginLearn, accumulate over the rows in order (r' points at row `first`; or the fused
+  // kernels add it, after countRows), finishLearn.
   void beginLearn(const Dims& dims) {
     slot_.assign(byToken_.size() / static_cast<size_t>(dims.d), -1);
     seen_.clear();
@@ -265,6 +270,13 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
   }
 
   void accumulate(const Dims& dims, int64_t first, int64_t end, const float* residual) {
+    const prediction::Sums sums = countRows(dims, first, end);
+    prediction::accumulate(rows(dims), sums.slot, sums.tokens, sums.positions, first, end, residual);
+  }
+
+  // Counts rows [first, end) under their tokens, giving a token its slot in means_ when it is
+  // new; where those rows' residuals are to be added.
+  prediction::Sums countRows(const Dims& dims, int64_t first, int64_t end) {
     const int64_t* id = ids_.data_ptr<int64_t>();
     for (int64_t row = first; row < end; ++row) {
       int32_t& s = slot_[static_cast<size_t>(id[row])];
@@ -276,7 +288,7 @@ class PredictiveCodec final : public Codec, public TokenConditioned {
       }
       ++counts_[static_cast<size_t>(s)];
     }
-    prediction::accumulate(rows(dims), slot_.data(), means_.data(), positionSums_.data(), first, end, residual);
+    return {slot_.data(), means_.data(), positionSums_.data()};
   }
 
   // by_token moves by rate times each token's mean; by_position by rate times the mean over

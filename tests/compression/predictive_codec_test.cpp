@@ -99,7 +99,8 @@ TEST_CASE("q13+pred: q13's bound on the residual, the same tables at both ends, 
 
 // A width that is a multiple of 64 runs the fused kernels (the prediction taken off and added
 // back in registers, compression/rotated_blocks.h); 96 runs the prediction as its own pass.
-// Both must be the inner codec on x - prediction, and its decoding + prediction, bit for bit.
+// Both must be the inner codec on x - prediction, and its decoding + prediction, bit for bit,
+// and the tables must learn what the header's formulas give from the decoded residual.
 // (One chunk of rows for int3, whose layout is per chunk; q13's is not, so 192 spans two.)
 TEST_CASE("<inner>+pred is the inner codec on the residual, fused or not") {
   for (const auto& [inner, d] : std::vector<std::pair<std::string, int64_t>>{
@@ -111,6 +112,7 @@ TEST_CASE("<inner>+pred is the inner codec on the residual, fused or not") {
     auto sender = builtinCodecs().make(inner + "+pred");
     auto receiver = builtinCodecs().make(inner + "+pred");
     auto plain = builtinCodecs().make(inner);
+    at::Tensor token = torch::zeros({kVocab, d}), position = torch::zeros({kT, d});  // what they should learn
     for (int message = 0; message < 6; ++message) {  // messages 0 and 4 teach the tables
       const at::Tensor ids =
           torch::randint(0, kVocab, {kB, kT}, at::make_generator<at::CPUGeneratorImpl>(message), torch::kLong);
@@ -123,9 +125,21 @@ TEST_CASE("<inner>+pred is the inner codec on the residual, fused or not") {
       CHECK(encoded.payload == plain->encode(x - prediction).payload);
       EncodedTensor asPlain = encoded;
       asPlain.codec = inner;
+      const at::Tensor residual = plain->decode(asPlain).reshape({kB, kT, d});
       const at::Tensor decoded = receiver->decode(encoded);
-      CHECK(torch::equal(decoded, plain->decode(asPlain) + prediction));
+      CHECK(torch::equal(decoded, residual + prediction));
       CHECK(torch::equal(predictionOf(*sender, ids, d), predictionOf(*receiver, ids, d)));
+      if (message % 4 == 0) {  // the header's update, from the decoded residual r'
+        const at::Tensor flat = residual.reshape({-1, d}), id = ids.reshape({-1});
+        const at::Tensor counts = torch::zeros({kVocab}).index_add_(0, id, torch::ones({kB * kT}));
+        const at::Tensor means = torch::zeros({kVocab, d}).index_add_(0, id, flat) / counts.clamp_min(1).unsqueeze(1);
+        token += 0.5 * means;
+        position += 0.5 * (residual - 0.5 * means.index_select(0, id).reshape({kB, kT, d})).mean(0);
+      }
+      for (const auto& [name, table] : sender->state()) {
+        if (name == "by_token") CHECK(torch::allclose(table, token.narrow(0, 0, table.size(0)), 1e-5, 1e-6));
+        if (name == "by_position") CHECK(torch::allclose(table, position, 1e-5, 1e-6));
+      }
     }
   }
 }
