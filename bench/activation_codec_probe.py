@@ -21,7 +21,7 @@ Codecs (64-element blocks of the flattened tensor, as compression/):
   X@ef       X with error feedback: the previous message's error is added before encoding
   X@pred     X on the activation less a prediction both ends can make: a table by token ID
              plus one by position, each an average of earlier decoded messages (every
-             fourth; compression/predictive_codec.cpp's "X+pred")
+             sixteenth; compression/predictive_codec.cpp's "X+pred")
   X@pred2    the same plus a table by (previous token ID, token ID)
   int4       fifteen levels a 32-block, float32 scale absmax / 7 (compression/int4_codec.cpp)
   int6       sixty-three levels a 64-block, scale absmax / 31 (not in compression/)
@@ -49,7 +49,7 @@ import torch_pipeline as tp  # noqa: E402
 from delayed_update_probe import CLIP, run_seeds, validation_loss  # noqa: E402
 
 BLOCK = 64
-LEARN_EVERY = 4  # compression/predictive_codec.cpp's kLearnEvery
+LEARN_EVERY = 16  # compression/prediction_kernels.h's kLearnEvery
 
 
 def hadamard(n):

@@ -7,8 +7,8 @@
 // the inner codec's error, which scales with its input's magnitude, shrinks with it.
 //
 // The two tables start at zero and learn only from what the receiver decodes: after every
-// fourth message of the stream (the first, the fifth, ...), with r' its decoded residual and
-// rate 1/2,
+// sixteenth message of the stream (prediction::kLearnEvery: the first, the seventeenth, ...),
+// with r' its decoded residual and rate 1/2,
 //   by_token[k]    += rate * mean of r' over the rows whose token is k,
 //   by_position[t] += rate * mean over b of (r'(b, t) - rate * that mean for id(b, t)).
 // The sender decodes those messages to learn the same r', so the tables stay equal at both

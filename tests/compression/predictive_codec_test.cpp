@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "compression/codec_registry.h"
+#include "compression/prediction_kernels.h"
 #include "compression/side_tokens.h"
 #include "scheduler/error.h"
 
@@ -16,6 +17,7 @@ using namespace skytrain::compression;
 namespace {
 
 constexpr int64_t kB = 4, kT = 16, kD = 64, kVocab = 20;
+constexpr int kLearnEvery = static_cast<int>(prediction::kLearnEvery);  // messages 0, kLearnEvery, ... teach
 
 // The prediction the codec's state makes for these IDs (below kVocab, width d):
 // by_token[id] + by_position[t].
@@ -65,7 +67,7 @@ TEST_CASE("q13+pred: q13's bound on the residual, the same tables at both ends, 
   auto plain = builtinCodecs().make("q13");
   CHECK(sender->spec() == "q13+pred");
   double firstError = 0, lastError = 0, plainError = 0;
-  for (int message = 0; message < 16; ++message) {
+  for (int message = 0; message < 4 * kLearnEvery; ++message) {
     const at::Tensor ids = source.ids(message);
     const at::Tensor x = source.activation(ids);
     const at::Tensor residual = x - predictionOf(*sender, ids);  // what q13 quantises
@@ -90,9 +92,9 @@ TEST_CASE("q13+pred: q13's bound on the residual, the same tables at both ends, 
     lastError = error;
     plainError = (plain->decode(plain->encode(x)) - x).pow(2).mean().item<double>();
   }
-  // The first message has no prediction: q13's own error. By the sixteenth the tables have
-  // learnt from four messages and hold the tokens' and positions' vectors: what is left to
-  // quantise is mostly the small noise.
+  // The first message has no prediction: q13's own error. By the last the tables have learnt
+  // from four messages and hold the tokens' and positions' vectors: what is left to quantise
+  // is mostly the small noise.
   CHECK(firstError == Approx(plainError).epsilon(0.5));
   CHECK(lastError < plainError / 20);
 }
@@ -113,7 +115,7 @@ TEST_CASE("<inner>+pred is the inner codec on the residual, fused or not") {
     auto receiver = builtinCodecs().make(inner + "+pred");
     auto plain = builtinCodecs().make(inner);
     at::Tensor token = torch::zeros({kVocab, d}), position = torch::zeros({kT, d});  // what they should learn
-    for (int message = 0; message < 6; ++message) {  // messages 0 and 4 teach the tables
+    for (int message = 0; message < kLearnEvery + 2; ++message) {  // two of them teach the tables
       const at::Tensor ids =
           torch::randint(0, kVocab, {kB, kT}, at::make_generator<at::CPUGeneratorImpl>(message), torch::kLong);
       const at::Tensor x = embedding.index_select(0, ids.reshape({-1})).reshape({kB, kT, d}) + positions.unsqueeze(0) +
@@ -129,7 +131,7 @@ TEST_CASE("<inner>+pred is the inner codec on the residual, fused or not") {
       const at::Tensor decoded = receiver->decode(encoded);
       CHECK(torch::equal(decoded, residual + prediction));
       CHECK(torch::equal(predictionOf(*sender, ids, d), predictionOf(*receiver, ids, d)));
-      if (message % 4 == 0) {  // the header's update, from the decoded residual r'
+      if (message % kLearnEvery == 0) {  // the header's update, from the decoded residual r'
         const at::Tensor flat = residual.reshape({-1, d}), id = ids.reshape({-1});
         const at::Tensor counts = torch::zeros({kVocab}).index_add_(0, id, torch::ones({kB * kT}));
         const at::Tensor means = torch::zeros({kVocab, d}).index_add_(0, id, flat) / counts.clamp_min(1).unsqueeze(1);
@@ -148,15 +150,16 @@ TEST_CASE("q13+pred: a codec loaded with another's state encodes the next messag
   torch::manual_seed(4);
   const Source source;
   auto original = builtinCodecs().make("q13+rot+pred");
-  for (int message = 0; message < 3; ++message) {
+  for (int message = 0; message < kLearnEvery - 1; ++message) {
     const at::Tensor ids = source.ids(message);
     setTokens(*original, ids);
     original->encode(source.activation(ids));
   }
   auto restored = builtinCodecs().make("q13+rot+pred");
   restored->loadState(original->state());
-  // Messages 3 (the tables as they are) and 4 (it learns from it, then 5 shows what it learnt).
-  for (int message = 3; message < 6; ++message) {
+  // The next three: the tables as they are, one that teaches them, and one that shows what
+  // they learnt (the message count is part of the state).
+  for (int message = kLearnEvery - 1; message < kLearnEvery + 2; ++message) {
     const at::Tensor ids = source.ids(message);
     const at::Tensor x = source.activation(ids);
     setTokens(*original, ids);
