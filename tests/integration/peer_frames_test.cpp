@@ -163,3 +163,49 @@ TEST_CASE("a neighbour's crafted gradient norm in a delayed job ends the attempt
   const Json next = runJob(context, a.control(), twoStageSpec(a.control(), b.control(), 5), keys.as("user", a.publicKey()));
   CHECK(next["state"] == "succeeded");
 }
+
+TEST_CASE("a neighbour's crafted \"+pred\" gradients end the attempt; the daemons stay up and run the next +pred job",
+          "[integration][security][pred]") {
+  TestKeys keys;
+  keys.add("user", Role::Client);
+  keys.add("root", Role::Admin);
+  keys.add("preda", Role::Daemon);
+  keys.add("predb", Role::Daemon);
+  TestDaemon a("preda", {&keys}), b("predb", {&keys});
+  zmq::context_t context;
+  Json spec = twoStageSpec(a.control(), b.control(), 50);
+  spec["compression"] = {{"forward", "q13+pred"}, {"backward", "q13"}};
+  spec["failure"] = {{"max_restarts", 0}};
+  const std::string dataA = ping(context, a, keys.as("user", a.publicKey()))["data"];
+  protocol::ControlClient user(context, a.control(), keys.as("user", a.publicKey()));
+  const std::string job = user.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(5))["job"];
+  const uint64_t jobKey = std::stoull(job, nullptr, 16);
+  // Stage 1's own key sends stage 0 gradients "encoded" with q13+pred, which a backward stream
+  // cannot be (stage 0 has no prediction to add back). Sent from before the job starts, over
+  // and over: whichever frame stage 0 is waiting for when the first arrives (a link probe's
+  // reply, or the gradient itself), the attempt ends with the reason, and nothing is decoded
+  // into a shape this stage does not expect.
+  auto crafted = forgedFrame(jobKey, 0, 0, 0, compression::FrameDirection::Backward, {2, 8, 16});
+  crafted.tensor.codec = "q13+pred";
+  crafted.tensor.payload.resize(2 * 8 * 16 / 2);
+  std::atomic<bool> done{false};
+  std::thread neighbour([&] {
+    const auto asB = keys.as("predb", a.publicKey());
+    while (!done) {
+      sendFrame(context, dataA, asB, crafted);
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+  });
+  const Json status = waitForEnd(user, job);
+  done = true;
+  neighbour.join();
+  INFO(status.dump().substr(0, 3000));
+  CHECK(status["state"] == "failed");
+  const std::string error = status["error"];
+  CHECK((error.find("needs token IDs this stage does not hold") != std::string::npos ||
+         error.find("was expected") != std::string::npos));
+  for (const TestDaemon* d : {&a, &b}) CHECK(ping(context, *d, keys.as("root", d->publicKey()))["refused"].is_object());
+  Json next = twoStageSpec(a.control(), b.control(), 5);
+  next["compression"] = {{"forward", "q13+pred"}, {"backward", "q13"}};
+  CHECK(runJob(context, a.control(), next, keys.as("user", a.publicKey()))["state"] == "succeeded");
+}
