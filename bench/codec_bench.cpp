@@ -17,7 +17,7 @@
 #include "compression/codec_registry.h"
 #include "compression/prediction_kernels.h"
 #include "compression/side_tokens.h"
-#include "daemon/allocator.h"
+#include "daemon/ops/allocator.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "daemon/allocator.h"
+#include "daemon/ops/allocator.h"
 #include "stages/gpt.h"
 
 namespace {

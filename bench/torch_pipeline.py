@@ -54,7 +54,7 @@ def _threads_from_argv(argv):
 # OpenBLAS (Debian's libblas.so.3 alternative) keeps its own thread pool, which
 # torch.set_num_threads leaves alone, and its threads spin while they wait: two processes on
 # two cores slow each other down unless each keeps to its share. skytraind caps it at
-# torch_threads (daemon/blas_info.h); so does this, before torch loads it.
+# torch_threads (daemon/ops/blas_info.h); so does this, before torch loads it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_from_argv(sys.argv))
 os.environ.setdefault("OMP_NUM_THREADS", _threads_from_argv(sys.argv))
 

@@ -7,14 +7,16 @@
 #include <vector>
 
 #include "compression/codec_registry.h"
-#include "daemon/coordinator.h"
-#include "daemon/data_router.h"
-#include "daemon/files.h"
-#include "daemon/job_table.h"
-#include "daemon/metrics.h"
-#include "daemon/security/zap_handler.h"
-#include "daemon/stage_host.h"
-#include "daemon/weight_export.h"
+#include "daemon/coordinator/coordinator.h"
+#include "daemon/coordinator/job_collector.h"
+#include "daemon/coordinator/job_table.h"
+#include "daemon/net/data_router.h"
+#include "daemon/net/refusal_metrics.h"
+#include "daemon/net/zap_handler.h"
+#include "daemon/ops/files.h"
+#include "daemon/ops/metrics_server.h"
+#include "daemon/stage/stage_host.h"
+#include "daemon/stage/weight_export.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -102,7 +104,12 @@ Daemon::Daemon(DaemonConfig config)
   hostOptions.privateAddress = config_.privateAddress;
   hostOptions.self = access_->self();
   stages_ = std::make_unique<StageHost>(context_, *router_, std::move(hostOptions));
-  if (!config_.metricsAddress.empty()) metrics_ = std::make_unique<MetricsServer>(config_.metricsAddress, *jobs_, counters_);
+  if (!config_.metricsAddress.empty()) {
+    // Jobs, then refusals; the server adds the process's own family last.
+    metrics_ = std::make_unique<MetricsServer>(
+        config_.metricsAddress, std::vector<std::shared_ptr<prometheus::Collectable>>{
+                                    std::make_shared<JobCollector>(*jobs_), std::make_shared<RefusalCollector>(counters_)});
+  }
   Json endpoints = {{"control", controlEndpoint_}, {"data", dataEndpoint_}, {"pid", ::getpid()}};
   if (metrics_) endpoints["metrics_port"] = metrics_->port();
   if (!config_.insecure) endpoints["public_key"] = access_->self().publicKey;

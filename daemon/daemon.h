@@ -11,11 +11,11 @@
 #include <memory>
 #include <string>
 
-#include "daemon/config.h"
+#include "daemon/net/access.h"
+#include "daemon/ops/config.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/messages.h"
-#include "daemon/security/access.h"
 
 namespace skytrain::daemon {
 

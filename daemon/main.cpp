@@ -6,11 +6,11 @@
 
 #include <csignal>
 
-#include "daemon/allocator.h"
-#include "daemon/blas_info.h"
-#include "daemon/config.h"
 #include "daemon/daemon.h"
-#include "daemon/logging.h"
+#include "daemon/ops/allocator.h"
+#include "daemon/ops/blas_info.h"
+#include "daemon/ops/config.h"
+#include "daemon/ops/logging.h"
 
 namespace {
 skytrain::daemon::Daemon* gDaemon = nullptr;
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("skytraind ") + SKYTRAIN_VERSION);
   CLI11_PARSE(app, argc, argv);
   // Frames and activations of tens of MB are allocated and freed every micro-batch: keep
-  // their pages (daemon/allocator.h).
+  // their pages (daemon/ops/allocator.h).
   const bool allocatorSet = skytrain::daemon::keepFreedMemory();
   try {
     const auto config = skytrain::daemon::loadDaemonConfig(configPath);

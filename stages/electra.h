@@ -7,6 +7,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
+
+#include "stages/objective.h"
 
 namespace skytrain::stages {
 
@@ -33,5 +36,11 @@ at::Tensor replaceTokens(const at::Tensor& original, const at::Tensor& logits, c
 // The discriminator's loss: binary cross-entropy of its logits [b, T, 1] against the
 // replaced flags [b, T] (mean over tokens).
 at::Tensor replacedTokenLoss(const at::Tensor& logits, const at::Tensor& replaced);
+
+// ELECTRA's objective on a fan-in (objective.cpp): a producer masks its batch,
+// learns masked-language modelling, and sends replaceTokens' [b, T, 2]; the consumer learns
+// the replaced flags of the corrupted sequence. [MASK] is the ID one past the tokenizer's
+// `vocab` IDs (0 on the consumer, which reads no data).
+std::unique_ptr<Objective> makeElectraObjective(int64_t vocab, uint64_t seed, double maskRate);
 
 }  // namespace skytrain::stages

@@ -7,6 +7,8 @@
 
 #include "scheduler/error.h"
 #include "stages/electra.h"
+#include "stages/labelled_data.h"
+#include "stages/parallel_data.h"
 #include "stages/torchscript_stage.h"
 #include "stages/translation.h"
 
@@ -14,6 +16,19 @@ namespace skytrain::stages {
 namespace {
 
 std::string shapeText(at::IntArrayRef shape) { return c10::str(shape); }
+
+// The fields every data source's options share, from the job's data config.
+template <typename Options>
+Options dataOptions(const DataConfig& config) {
+  Options options;
+  options.files = config.files;
+  options.evalFiles = config.evalFiles;
+  options.sentencepieceModel = config.sentencepieceModel;
+  options.validationFraction = config.validationFraction;
+  options.seqLen = config.seqLen;
+  options.seed = config.seed;
+  return options;
+}
 
 at::Tensor classificationLoss(const at::Tensor& logits, const at::Tensor& labels) {
   return torch::nn::functional::cross_entropy(logits.mean(1), labels);
@@ -48,6 +63,19 @@ class GptSource : public ModelSource {
   double stashBytesPerSample(int stage) const override {
     const auto& s = c_.stages.at(stage);
     return gptStashBytesPerSample(c_.gpt, s.firstLayer, s.lastLayer);
+  }
+  std::unique_ptr<DataSource> makeData(const DataConfig& config, int stage) const override {
+    if (c_.kind != "classifier") return ModelSource::makeData(config, stage);
+    auto options = dataOptions<LabelledDataOptions>(config);
+    options.classes = config.classes;
+    return std::make_unique<LabelledDataSource>(options);
+  }
+  std::unique_ptr<Objective> objective(const DataSource* data) const override {
+    if (c_.kind == "classifier") return makeClassificationObjective();
+    if (c_.kind == "encoder" && data) {
+      return makeMaskedLanguageModelObjective(data->tokenizer().vocabSize(), c_.seed, c_.maskRate);
+    }
+    return makeLanguageModelObjective();
   }
 
  private:
@@ -152,6 +180,9 @@ class ElectraSource : public ModelSource {
     return gptStashBytesPerSample(g, 0, g.layers);
   }
   bool fanIn() const override { return true; }
+  std::unique_ptr<Objective> objective(const DataSource* data) const override {
+    return makeElectraObjective(data ? data->tokenizer().vocabSize() : 0, c_.seed, c_.maskRate);
+  }
 
  private:
   bool isDiscriminator(int stage) const { return stage + 1 == static_cast<int>(c_.stages.size()); }
@@ -192,6 +223,15 @@ class TranslationSource : public ModelSource {
     return gptStashBytesPerSample(g, 0, g.layers) * (stage == 0 ? 1.0 : 1.5);
   }
   std::string namePrefix(int stage) const override { return stage == 0 ? kEncoderPrefix : kDecoderPrefix; }
+  std::unique_ptr<DataSource> makeData(const DataConfig& config, int) const override {
+    auto options = dataOptions<ParallelDataOptions>(config);
+    options.vocabSize = config.vocabSize;
+    return std::make_unique<ParallelDataSource>(options);
+  }
+  std::unique_ptr<Objective> objective(const DataSource* data) const override {
+    if (!data) return makeLanguageModelObjective();
+    return makeTranslationObjective(dynamic_cast<const ParallelDataSource&>(*data), c_.gpt.vocabSize, c_.gpt.seqLen);
+  }
 
  private:
   ModelConfig c_;
@@ -215,6 +255,12 @@ const std::map<std::string, Factory>& registry() {
 }
 
 }  // namespace
+
+std::unique_ptr<DataSource> ModelSource::makeData(const DataConfig& config, int) const {
+  auto options = dataOptions<TextDataOptions>(config);
+  if (!config.stageFiles.empty()) options.files = config.stageFiles;
+  return std::make_unique<TextDataSource>(options);
+}
 
 std::vector<std::string> modelKinds() {
   std::vector<std::string> out;

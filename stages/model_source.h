@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "stages/gpt.h"
+#include "stages/objective.h"
 #include "stages/stage.h"
+#include "stages/text_data.h"
 
 namespace skytrain::stages {
 
@@ -30,6 +32,20 @@ struct ModelConfig {
   int classes = 0;  // classifier: the number of labels
   int decoderLayers = 0;  // translation: the decoder's blocks (0: as many as the encoder's)
   std::vector<StageSource> stages;
+  uint64_t seed = 0;
+  double maskRate = 0.15;  // masked models: the share of positions masked
+};
+
+// The job's data, as a model source's data source takes it.
+struct DataConfig {
+  std::vector<std::string> files;
+  std::vector<std::string> stageFiles;  // this stage's own files (a producer's language); empty: files
+  std::vector<std::string> evalFiles;
+  std::string sentencepieceModel;  // empty: the byte tokenizer
+  double validationFraction = 0.05;
+  std::vector<std::string> classes;  // labelled text: the labels
+  int seqLen = 64;
+  int vocabSize = 0;
   uint64_t seed = 0;
 };
 
@@ -52,6 +68,13 @@ class ModelSource {
   // What stage i's parameter names start with ("encoder." in a translation model): init_from
   // also finds a parameter under its name without it (a pretrained trunk's file).
   virtual std::string namePrefix(int stage) const { return ""; }
+  // What stage i reads, when it reads data (a chain's first and last stage, a fan-in's
+  // producers): plain text by default, aligned pairs for translation, labelled lines for a
+  // classifier. Throws skytrain::Error naming a file that cannot be read.
+  virtual std::unique_ptr<DataSource> makeData(const DataConfig& config, int stage) const;
+  // The objective of this kind (objective.h) over the data source stage i reads; `data` is
+  // null on a stage that reads none (a chain's middle, a fan-in's consumer).
+  virtual std::unique_ptr<Objective> objective(const DataSource* data) const { return makeLanguageModelObjective(); }
 };
 
 // The registry of model kinds: "gpt" (the zoo's decoder), "encoder" (the same blocks,

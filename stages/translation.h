@@ -12,6 +12,7 @@
 #include <string>
 
 #include "stages/gpt.h"
+#include "stages/objective.h"
 #include "stages/stage.h"
 
 namespace skytrain::stages {
@@ -40,5 +41,11 @@ std::unique_ptr<Stage> makeTranslationDecoder(GptConfig config, uint64_t seed);
 
 // The tokens of a generated row, up to its first [EOS], without specials.
 std::vector<int32_t> generatedTokens(const at::Tensor& row, int vocabSize);
+
+class ParallelDataSource;
+// Translation's objective: the three specials past the tokenizer's vocabulary, and the
+// corpus BLEU of the decoder's greedy translations of the validation samples against their
+// references (translation_objective.cpp).
+std::unique_ptr<Objective> makeTranslationObjective(const ParallelDataSource& data, int vocabSize, int seqLen);
 
 }  // namespace skytrain::stages

@@ -104,11 +104,11 @@ struct StageReport : StageRef {
   bool skipped = false;          // step: not applied (a non-finite gradient, on_nonfinite "skip")
   int lead = -1;                 // step, fan-in producers: how many steps ahead of the consumer it ran
   int microBatches = 0;
-  nlohmann::json profile;  // profile: checked by the planner's reader (daemon/planning.h)
+  nlohmann::json profile;  // profile: checked by the planner's reader (daemon/coordinator/planning.h)
   std::string error;       // failed
 };
 
-// c10d's rendezvous store for a replicated stage's copies (daemon/replica_group.h), kept by
+// c10d's rendezvous store for a replicated stage's copies (daemon/net/replica_group.h), kept by
 // the job's coordinator: only the daemons hosting a copy of that stage in the current
 // attempt may use it. Keys and values are bounded; values travel as base64.
 struct StoreRequest : StageRef {

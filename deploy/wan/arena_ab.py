@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""skytraind with one allocator arena (daemon/allocator.h) against glibc's default arenas,
+"""skytraind with one allocator arena (daemon/ops/allocator.h) against glibc's default arenas,
 side by side on the unshaped testbed: the testbed is brought up alternately as built and
 with an LD_PRELOAD shim that turns skytraind's mallopt(M_ARENA_MAX, 1) into a no-op (gcc
 builds it here). Each time it runs the synchronous zb-h1 job at m = 8 and the delayed job at

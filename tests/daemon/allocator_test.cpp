@@ -1,4 +1,4 @@
-// skytraind's allocator settings (daemon/allocator.h): a worker thread that frees a large
+// skytraind's allocator settings (daemon/ops/allocator.h): a worker thread that frees a large
 // tensor and allocates it again gets the same pages back, instead of fresh ones that fault
 // 4 kB at a time. Its own test process: the settings must come before any thread starts.
 #include <catch2/catch.hpp>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "daemon/allocator.h"
+#include "daemon/ops/allocator.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Checkpoints (daemon/checkpoint.h): a stage's snapshot restores exactly, and a truncated,
+// Checkpoints (daemon/stage/checkpoint.h): a stage's snapshot restores exactly, and a truncated,
 // corrupted or mismatched checkpoint is refused naming the file and the problem.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "daemon/checkpoint.h"
-#include "daemon/pipeline_runner.h"
+#include "daemon/stage/checkpoint.h"
+#include "daemon/stage/pipeline_runner.h"
 #include "scheduler/error.h"
 
 using namespace skytrain;

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
-#include "daemon/blas_info.h"
-#include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/ops/blas_info.h"
+#include "daemon/ops/config.h"
 #include "scheduler/error.h"
 
 using namespace skytrain::daemon;

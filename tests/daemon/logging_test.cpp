@@ -2,7 +2,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/details/log_msg.h>
 
-#include "daemon/logging.h"
+#include "daemon/ops/logging.h"
 
 using namespace skytrain::daemon;
 

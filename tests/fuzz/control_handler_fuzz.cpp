@@ -19,8 +19,8 @@
 #include <set>
 #include <string>
 
-#include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/ops/config.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/messages.h"
 #include "scheduler/error.h"

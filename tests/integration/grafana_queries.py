@@ -5,7 +5,7 @@ Prometheus.
   grafana_queries.py --check-only [DASHBOARD]
       Offline: the JSON is well-formed, panel ids are unique, every panel has a position and
       queries through the dashboard's datasource variable, every query names a skytrain_ or
-      process_ metric (one that daemon/metrics.cpp exports, when the source tree is there),
+      process_ metric (one that the daemon's /metrics sources export, when the source tree is there),
       and uses only the dashboard's variables and Grafana's built-in ones.
 
   grafana_queries.py PROMETHEUS_URL [--dashboard FILE] [--var NAME=VALUE ...] [--wait SECONDS]
@@ -32,7 +32,9 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DASHBOARD = os.path.join(HERE, "..", "..", "deploy", "grafana", "skytrain-dashboard.json")
-METRICS_SOURCE = os.path.join(HERE, "..", "..", "daemon", "metrics.cpp")
+# The sources of /metrics: the server's own family and the collectors skytraind gives it.
+METRICS_SOURCES = [os.path.join(HERE, "..", "..", "daemon", *parts) for parts in (
+    ("ops", "metrics_server.cpp"), ("coordinator", "job_collector.cpp"), ("net", "refusal_metrics.cpp"))]
 
 # Targets ("<panel title>/<refId>") whose result may be empty in prometheus_test.sh's run,
 # each with the reason. Empty on purpose: in that run (a finished two-stage job with eval
@@ -88,12 +90,15 @@ def variable_query(variable):
 
 
 def known_metrics():
-    """The metric names daemon/metrics.cpp exports, or None without the source tree."""
+    """The metric names the METRICS_SOURCES export, or None without the source tree."""
+    names = set()
     try:
-        with open(METRICS_SOURCE, encoding="utf-8") as f:
-            return set(re.findall(r'"((?:skytrain|process)_[a-z0-9_]+)"', f.read()))
+        for path in METRICS_SOURCES:
+            with open(path, encoding="utf-8") as f:
+                names |= set(re.findall(r'"((?:skytrain|process)_[a-z0-9_]+)"', f.read()))
     except OSError:
         return None
+    return names
 
 
 def check_dashboard(path):
@@ -125,7 +130,7 @@ def check_dashboard(path):
             errors.append(f"{where}: {expr!r} names no skytrain_ or process_ metric")
         if metrics is not None:
             for name in sorted(names - metrics):
-                errors.append(f"{where}: {name} is not exported by daemon/metrics.cpp")
+                errors.append(f"{where}: {name} is not exported by skytraind's /metrics sources")
         for match in VARIABLE.finditer(expr):
             name = next(g for g in match.groups() if g)
             if name not in variables and name not in BUILTINS:
@@ -266,7 +271,7 @@ def main():
         return 1
     count = sum(1 for _ in targets(dashboard))
     if known_metrics() is None:
-        print(f"note: {METRICS_SOURCE} not found; metric names not checked against the source")
+        print(f"note: {', '.join(METRICS_SOURCES)} not found; metric names not checked against the source")
     print(f"ok    {path}: {count} panel queries well-formed")
     if args.check_only is not None:
         return 0

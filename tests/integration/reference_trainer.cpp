@@ -8,8 +8,8 @@
 #include <iterator>
 #include <utility>
 
-#include "daemon/model_setup.h"
 #include "daemon/protocol/job_spec.h"
+#include "daemon/stage/model_setup.h"
 #include "stages/gpt.h"
 #include "stages/safetensors.h"
 #include "stages/text_data.h"

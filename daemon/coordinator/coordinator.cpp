@@ -1,0 +1,344 @@
+#include "daemon/coordinator/coordinator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <thread>
+#include <memory>
+
+#include "daemon/coordinator/heartbeat.h"
+#include "daemon/coordinator/planning.h"
+#include "daemon/protocol/control.h"
+#include "daemon/protocol/failures.h"
+#include "daemon/protocol/messages.h"
+#include "scheduler/error.h"
+#include "scheduler/fan_in.h"
+
+namespace skytrain::daemon {
+namespace {
+
+constexpr std::chrono::milliseconds kStageRequestTimeout{5000};
+// Re-plan when measured step times are more than 20% off the prediction for 5 steps in a
+// row; the stages profile again kReplanLead steps later, at a boundary none has reached.
+constexpr double kReplanTolerance = 0.2;
+constexpr int kReplanPatience = 5;
+constexpr int64_t kReplanLead = 3;
+// How long a refused stage.start waits for the stage's own failure report.
+constexpr std::chrono::milliseconds kStageReportGrace{1000};
+
+}  // namespace
+
+Coordinator::Coordinator(zmq::context_t& context, JobTable& table, std::string jobId, protocol::JobSpec spec,
+                         std::string specText, CoordinatorOptions options, bool resume)
+    : context_(context),
+      table_(table),
+      jobId_(std::move(jobId)),
+      spec_(std::move(spec)),
+      specText_(std::move(specText)),
+      options_(std::move(options)),
+      resume_(resume) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Coordinator::~Coordinator() {
+  stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+protocol::ControlClient Coordinator::clientFor(int slot) {
+  return protocol::ControlClient(context_, protocol::placementOf(spec_, slot).daemon, {options_.self, options_.stageKeys[slot]});
+}
+
+int Coordinator::slots() const { return protocol::slotCount(spec_); }
+
+nlohmann::json Coordinator::addressed(nlohmann::json message, int slot) const {
+  message["job"] = jobId_;
+  message["stage"] = protocol::stageOfSlot(spec_, slot);
+  if (protocol::replicaOfSlot(spec_, slot) > 0) message["replica"] = protocol::replicaOfSlot(spec_, slot);
+  return message;
+}
+
+void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
+  const int stages = static_cast<int>(spec_.stages.size());
+  std::vector<std::string> data(slots());
+  const std::string owner = table_.owner(jobId_).first;  // who may export the stages' weights
+  for (int i = 0; i < slots(); ++i) {
+    const std::string where = protocol::describeSlot(spec_, i) + " (" + protocol::placementOf(spec_, i).daemon + "): ";
+    try {
+      protocol::StagePrepare prepare;
+      prepare.job = jobId_;
+      prepare.stage = protocol::stageOfSlot(spec_, i);
+      prepare.replica = protocol::replicaOfSlot(spec_, i);
+      prepare.spec = specText_;
+      prepare.coordinator = options_.selfControl;
+      prepare.owner = owner;
+      prepare.attempt = attempt;
+      prepare.resumeStep = fromStep;
+      const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);
+      data[i] = reply.at("data_endpoint").get<std::string>();
+    } catch (const PeerError& e) {
+      throw PeerError(where + e.what());
+    } catch (const std::exception& e) {
+      throw Error(where + e.what());
+    }
+  }
+  const int replicas = protocol::replicaCount(spec_);
+  // Last stage first: a stage accepts frames only once it knows its neighbours, and frames
+  // flow downstream first (probes, activations), so each receiver is ready before its sender.
+  // Replica r of a stage has replica r of its neighbours: one pipeline per copy, so the links
+  // between clouds carry each sample once, whatever the number of copies.
+  for (int slot = slots() - 1; slot >= 0; --slot) {
+    const int i = protocol::stageOfSlot(spec_, slot), r = protocol::replicaOfSlot(spec_, slot);
+    auto at = [&](int stage) { return protocol::slotOf(spec_, stage, r); };
+    protocol::StageStart start;
+    start.job = jobId_;
+    start.stage = i;
+    start.replica = r;
+    start.groupAttempt = replicas > 1 ? attempt : -1;
+    if (protocol::isFanIn(spec_)) {  // every producer feeds the last stage
+      if (i + 1 < stages) start.next = data[stages - 1], start.nextKey = options_.stageKeys[stages - 1];
+      for (int p = 0; i + 1 == stages && p + 1 < stages; ++p) start.producers.push_back({data[p], options_.stageKeys[p]});
+    } else {
+      if (i > 0) start.previous = data[at(i - 1)], start.previousKey = options_.stageKeys[at(i - 1)];
+      if (i + 1 < stages) start.next = data[at(i + 1)], start.nextKey = options_.stageKeys[at(i + 1)];
+    }
+    clientFor(slot).request(protocol::toJson(start), kStageRequestTimeout);
+  }
+}
+
+void Coordinator::sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout) {
+  for (int i = 0; i < slots(); ++i) clientFor(i).request(addressed(message, i), timeout);
+}
+
+void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step, const std::string& reason) {
+  profiled_ = plannerInput(spec_, profiles);
+  scheduler::PlannerInput input = profiled_;
+  calibrate(input, calibration_);
+  const bool fanIn = protocol::isFanIn(spec_);
+  const scheduler::Plan chosen = fanIn ? scheduler::makeFanInPlan(input, spec_.maxStaleness) : scheduler::makePlan(input);
+  predictedStepSeconds_ = chosen.chosen.stepSeconds;
+  plannedMicroBatches_ = chosen.chosen.microBatches;
+  nlohmann::json record = toJson(chosen, input);
+  if (fanIn) {  // no schedule of forward and backward ops: each stage trains on its own
+    record["schedule"] = "fan-in";
+    for (auto& row : record["table"]) row["schedule"] = "fan-in";
+    record["max_staleness"] = spec_.maxStaleness;
+  }
+  record["calibration"] = calibration_;
+  describeStages(record, profiles);
+  table_.setPlan(jobId_, std::move(record), step, reason);
+  spdlog::info("job {}: plan from step {} ({}): m={} {} predicted {:.4f} s/step", jobId_, step, reason,
+               chosen.chosen.microBatches, scheduler::toString(chosen.chosen.schedule), chosen.chosen.stepSeconds);
+  if (table_.dryRun(jobId_)) return;
+  nlohmann::json message = {{"type", protocol::kStagePlan}, {"micro_batches", chosen.chosen.microBatches},
+                             {"schedule", scheduler::toString(chosen.chosen.schedule)}, {"warmups", chosen.chosen.warmups}};
+  if (!chosen.chosen.forwardCodecs.empty()) {  // the codecs the planner chose for "auto" directions, per link
+    message["forward_codecs"] = chosen.chosen.forwardCodecs;
+    message["backward_codecs"] = chosen.chosen.backwardCodecs;
+  }
+  sendToStages(message, kStageRequestTimeout);
+}
+
+bool Coordinator::requestProfiles(int64_t step) {
+  try {
+    sendToStages({{"type", protocol::kStageProfile}, {"at_step", step}}, kStageRequestTimeout);
+    return true;
+  } catch (const Error& e) {
+    spdlog::warn("job {}: re-profile before step {} refused ({}); cancelling it", jobId_, step, e.what());
+    try {
+      sendToStages({{"type", protocol::kStageProfile}, {"at_step", -1}}, kStageRequestTimeout);
+    } catch (const Error&) {
+    }
+    return false;
+  }
+}
+
+void Coordinator::run() {
+  try {
+    int attempt = resume_ ? table_.attempts(jobId_) + 1 : 0;
+    while (true) {
+      const int64_t from = table_.lastCheckpoint(jobId_);
+      if (attempt > 0) {
+        table_.addEvent(jobId_, from >= 0 ? "attempt " + std::to_string(attempt) + ": resuming from the checkpoint of step " +
+                                                std::to_string(from + 1)
+                                          : "attempt " + std::to_string(attempt) + ": no complete checkpoint, starting over");
+      }
+      std::string why;
+      Outcome outcome;
+      try {
+        outcome = runAttempt(attempt, from, why);
+      } catch (const PeerError& e) {
+        outcome = Outcome::Retry;
+        why = e.what();
+      } catch (const WireError& e) {  // a bad checkpoint: fall back to the one before
+        if (from < 0) throw;
+        table_.dropCheckpoint(jobId_, from);
+        outcome = Outcome::Retry;
+        why = std::string(e.what()) + "; falling back to the previous checkpoint";
+      }
+      const bool recurs =
+          why.find(protocol::kNonFinite) != std::string::npos || why.find(protocol::kBadModel) != std::string::npos;
+      if (outcome == Outcome::Retry && recurs) throw Error(why);
+      if (outcome == Outcome::Retry && from >= 0 && why.find(protocol::kBadCheckpoint) != std::string::npos) {
+        table_.dropCheckpoint(jobId_, from);
+        why += "; falling back to the previous checkpoint";
+      }
+      if (outcome == Outcome::Succeeded) {
+        if (table_.dryRun(jobId_)) abortStages();  // profiled and planned: nothing to train
+        table_.transition(jobId_, JobState::Succeeded);
+        break;
+      }
+      abortStages();
+      if (outcome != Outcome::Retry) break;
+      table_.addEvent(jobId_, why);
+      if (table_.dryRun(jobId_)) throw Error(why);
+      if (table_.restarts(jobId_) >= spec_.failure.maxRestarts) {
+        throw Error("gave up after " + std::to_string(table_.restarts(jobId_)) + " restarts (failure.max_restarts); last: " + why);
+      }
+      table_.countRestart(jobId_);
+      if (!waitForStages()) {
+        throw Error("a stage daemon did not answer within " + std::to_string(spec_.failure.restartTimeoutS) +
+                    " s (failure.restart_timeout_s) after: " + why);
+      }
+      ++attempt;
+    }
+  } catch (const std::exception& e) {
+    abortStages();
+    table_.transition(jobId_, JobState::Failed, e.what());
+  }
+  spdlog::info("job {}: {}", jobId_, toString(table_.state(jobId_)));
+  finished_ = true;
+}
+
+bool Coordinator::waitForStages() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(spec_.failure.restartTimeoutS);
+  double backoff = 0.25;
+  while (!stopping_) {
+    bool all = true;
+    for (int i = 0; i < slots() && all; ++i) {
+      try {
+        clientFor(i).request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
+      } catch (const std::exception&) {
+        all = false;
+      }
+    }
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    backoff = std::min(backoff * 2, 5.0);
+  }
+  return false;
+}
+
+Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std::string& why) {
+  const bool resumed = fromStep >= 0;
+  table_.beginAttempt(jobId_, attempt, fromStep);
+  try {
+    prepareAndStart(attempt, fromStep);
+  } catch (const Error& e) {
+    // A stage that failed while building (a bad model) reports why, and is gone by the time
+    // it is started: its report, not the refused start, is the reason.
+    const auto until = std::chrono::steady_clock::now() + kStageReportGrace;
+    while (!table_.stageFailure(jobId_) && std::chrono::steady_clock::now() < until) {
+      table_.waitForChange(jobId_, std::chrono::milliseconds(50));
+    }
+    if (auto failure = table_.stageFailure(jobId_)) {
+      why = *failure;
+      if (why.find(protocol::kBadCheckpoint) != std::string::npos) return Outcome::Retry;  // falls back a checkpoint
+      throw Error(why);  // building the stage failed, and would fail again
+    }
+    // Never ran: an unreachable stage is the user's to fix.
+    if (attempt == 0 && dynamic_cast<const PeerError*>(&e)) throw Error(e.what());
+    throw;
+  }
+  std::vector<HeartbeatTarget> targets;
+  for (int i = 0; i < slots(); ++i) {
+    targets.push_back({protocol::placementOf(spec_, i).daemon, {options_.self, options_.stageKeys[i]},
+                       protocol::stageOfSlot(spec_, i), protocol::replicaOfSlot(spec_, i), protocol::describeSlot(spec_, i)});
+  }
+  HeartbeatMonitor heartbeats(context_, jobId_, std::move(targets), spec_.failure.heartbeatS, spec_.failure.misses);
+  spdlog::info("job {}: attempt {} running on {} stages{}", jobId_, attempt, spec_.stages.size(),
+               resumed ? " from the checkpoint of step " + std::to_string(fromStep) : "");
+  int64_t profileStep = resumed ? fromStep + 1 : 0;
+  std::string reason = "initial plan";
+  // A resumed stage runs under its checkpoint's plan, without profiling.
+  bool awaitingProfiles = !resumed;
+  size_t seenSteps = static_cast<size_t>(fromStep + 1);
+  scheduler::ReplanMonitor monitor(kReplanTolerance, kReplanPatience);
+  // With m and the schedule both fixed by the spec, a new plan could change nothing; a
+  // resumed attempt keeps its checkpoint's plan (exact resume), so it does not re-plan.
+  const bool autoCodecs = spec_.compression.forward == "auto" || spec_.compression.backward == "auto";
+  const bool replannable =
+      (spec_.microBatches == 0 || spec_.schedule == "auto" || autoCodecs) && !resumed && !protocol::isFanIn(spec_);
+  while (true) {
+    table_.waitForChange(jobId_, std::chrono::milliseconds(100));
+    const JobState state = table_.state(jobId_);
+    if (state == JobState::Cancelled) return Outcome::Cancelled;
+    if (isTerminal(state)) return Outcome::Stopped;
+    if (table_.allStagesDone(jobId_)) return Outcome::Succeeded;
+    if (stopping_) return Outcome::Stopped;  // this daemon shuts down: the job stays unfinished, to resume
+    if (auto failure = table_.stageFailure(jobId_)) {
+      why = *failure;
+      return Outcome::Retry;
+    }
+    for (int s : table_.doneStages(jobId_)) heartbeats.finished(s);
+    if (auto lost = heartbeats.lost()) {
+      // A stage that is done may be freed before its report is read here (a fan-in's
+      // producers finish first): give its report a moment before calling it lost.
+      const auto until = std::chrono::steady_clock::now() + kStageReportGrace;
+      while (!table_.doneStages(jobId_).count(lost->stage) && std::chrono::steady_clock::now() < until) {
+        table_.waitForChange(jobId_, std::chrono::milliseconds(50));
+      }
+      if (table_.doneStages(jobId_).count(lost->stage)) continue;
+      why = lost->why;
+      return Outcome::Retry;
+    }
+    if (awaitingProfiles) {
+      const auto profiles = table_.takeProfiles(jobId_, profileStep);
+      if (!profiles) continue;
+      plan(*profiles, profileStep, reason);
+      if (table_.dryRun(jobId_)) return Outcome::Succeeded;
+      awaitingProfiles = false;
+      monitor.reset();
+      continue;
+    }
+    if (!replannable) continue;
+    const auto rows = table_.steps(jobId_, seenSteps);
+    for (const auto& row : rows) {
+      ++seenSteps;
+      const int64_t step = row["step"].get<int64_t>();
+      if (step <= profileStep) continue;  // the first step under a plan pays for new buffer sizes
+      const double measured = row["step_s"].get<double>();
+      if (!monitor.observe(predictedStepSeconds_, measured)) continue;
+      const int64_t at = step + kReplanLead;
+      std::vector<nlohmann::json> underPlan;
+      for (const auto& r : table_.steps(jobId_, 0)) {
+        if (r["step"].get<int64_t>() > profileStep) underPlan.push_back(r);
+      }
+      calibration_ = measuredCalibration(profiled_, plannedMicroBatches_, underPlan);
+      char text[160];
+      std::snprintf(text, sizeof text, "re-plan: measured %.4f s/step vs predicted %.4f s for %d steps", measured,
+                    predictedStepSeconds_, kReplanPatience);
+      spdlog::info("job {}: {}; profiling again before step {}", jobId_, text, at);
+      if (requestProfiles(at)) {
+        profileStep = at;
+        reason = text;
+        awaitingProfiles = true;
+      }
+      break;
+    }
+  }
+}
+
+void Coordinator::abortStages() {
+  for (int i = 0; i < slots(); ++i) {
+    try {
+      clientFor(i).request(addressed({{"type", protocol::kStageAbort}}, i), std::chrono::milliseconds(2000));
+    } catch (const std::exception& e) {
+      spdlog::warn("job {}: could not abort {}: {}", jobId_, protocol::describeSlot(spec_, i), e.what());
+    }
+  }
+}
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,74 @@
+// Coordinator: the thread that drives one job submitted to this daemon — prepares and
+// starts every stage on its daemon, plans from the stages' profiles (and plans again when
+// measured step times drift from the prediction), waits for the end, aborts the stages on
+// failure or cancel — while the control thread records the stages' reports in the JobTable.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "daemon/coordinator/job_table.h"
+#include "daemon/protocol/control.h"
+#include "daemon/protocol/job_spec.h"
+#include "scheduler/planner.h"
+
+namespace skytrain::daemon {
+
+struct CoordinatorOptions {
+  std::string selfControl;             // this daemon's control endpoint, for the stages' reports
+  protocol::KeyPair self;              // this daemon's key pair (empty when insecure)
+  std::vector<std::string> stageKeys;  // per slot: its daemon's public key ("" when insecure)
+};
+
+class Coordinator {
+ public:
+  // resume: the job was left unfinished (this daemon restarted) or is resumed by request;
+  // it goes on from its last complete checkpoint.
+  Coordinator(zmq::context_t& context, JobTable& table, std::string jobId, protocol::JobSpec spec,
+              std::string specText, CoordinatorOptions options, bool resume = false);
+  ~Coordinator();  // stops and joins
+
+  void stop() { stopping_ = true; }
+  bool finished() const { return finished_.load(); }
+
+ private:
+  enum class Outcome { Succeeded, Cancelled, Stopped, Retry };
+  void run();
+  // One attempt from the checkpoint after `fromStep` (-1: from scratch). Throws on a final
+  // failure; returns Retry with `why` set when a restart may help.
+  Outcome runAttempt(int attempt, int64_t fromStep, std::string& why);
+  // Waits (with back-off, up to the spec's restart_timeout_s) until every stage daemon answers.
+  bool waitForStages();
+  void prepareAndStart(int attempt, int64_t fromStep);
+  // Plans from the profiles taken before `step` and sends the plan to every stage.
+  void plan(const std::vector<nlohmann::json>& profiles, int64_t step, const std::string& reason);
+  // Asks every stage to profile again before `step`; false if one had passed it already.
+  bool requestProfiles(int64_t step);
+  void sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout);
+  void abortStages();
+  // A control client to the daemon of a slot (a stage's copy, job_spec.h), authenticated by its key.
+  protocol::ControlClient clientFor(int slot);
+  int slots() const;
+  // A stage request addressed to a slot's stage and replica of this job.
+  nlohmann::json addressed(nlohmann::json message, int slot) const;
+
+  zmq::context_t& context_;
+  JobTable& table_;
+  std::string jobId_;
+  protocol::JobSpec spec_;
+  std::string specText_;
+  CoordinatorOptions options_;
+  bool resume_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> finished_{false};
+  double predictedStepSeconds_ = 0;
+  scheduler::PlannerInput profiled_;  // the plan in force's input, before calibration
+  int plannedMicroBatches_ = 1;
+  std::vector<double> calibration_;   // per stage: seconds per micro-batch profiling misses
+  std::thread thread_;  // owns a DEALER per stage daemon (inside run)
+};
+
+}  // namespace skytrain::daemon

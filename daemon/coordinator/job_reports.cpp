@@ -1,0 +1,131 @@
+// JobTable (job_table.h): the stages' reports of a job's attempt — step rows completed once
+// every stage and replica has reported the step, evals, profiles, confirmed checkpoints, failures.
+#include <algorithm>
+
+#include "daemon/coordinator/job_table.h"
+#include "daemon/ops/files.h"
+#include "daemon/ops/timing.h"
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+namespace {
+
+// Adds a stage's step report (checked by the protocol's parser) to its totals.
+void addTo(std::vector<StageTotals>& totals, int stage, const Json& report) {
+  if (static_cast<int>(totals.size()) <= stage) totals.resize(stage + 1);
+  StageTotals& t = totals[stage];
+  const double backward = report.value("bytes_backward", 0.0), rawBackward = report.value("raw_backward", 0.0);
+  t.bytesBackward += backward;
+  t.bytesForward += report.value("bytes_sent", 0.0) - backward;
+  t.rawBackward += rawBackward;
+  t.rawForward += report.value("bytes_raw", 0.0) - rawBackward;
+  t.computeSeconds += report.value("compute_s", 0.0);
+}
+
+}  // namespace
+
+void JobTable::applyReport(const protocol::StageReport& report) {
+  using protocol::ReportKind;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Record& r = find(report.job);
+  if (report.attempt != r.attempt) return;  // a late report of an aborted attempt
+  if (report.stage >= static_cast<int>(r.spec.stages.size()) || report.replica >= protocol::replicaCount(r.spec)) {
+    throw WireError("report for job " + r.id + " names stage " + std::to_string(report.stage) + " replica " +
+                    std::to_string(report.replica) + ", which does not exist");
+  }
+  const int stage = protocol::slotOf(r.spec, report.stage, report.replica);  // a slot: stage i replica 0 is i
+  switch (report.kind) {
+    case ReportKind::Step:
+      if (report.step < static_cast<int64_t>(r.steps.size()) || report.step >= r.spec.steps) {
+        throw WireError("report for job " + r.id + " step " + std::to_string(report.step) + " is out of order");
+      }
+      r.pending[report.step][stage] = protocol::toJson(report);
+      completeSteps(r);
+      break;
+    case ReportKind::Eval:
+      if (report.replica > 0) break;  // replica 0's pipeline validates for all
+      r.evals.push_back({{"step", report.step}, {"loss", *report.loss}, {"time", wallSeconds()}});
+      if (report.accuracy) r.evals.back()["accuracy"] = *report.accuracy;
+      if (report.bleu) r.evals.back()["bleu"] = *report.bleu;
+      persist(r);
+      break;
+    case ReportKind::Profile: r.profiles[report.step][stage] = report.profile; break;
+    case ReportKind::Done: r.stagesDone.insert(stage); break;
+    case ReportKind::Failed:
+      // A stage that names the culprit beats one that only saw its effect.
+      if (!r.stageFailure || r.stageFailure->find("in another stage") != std::string::npos) {
+        r.stageFailure = protocol::describeSlot(r.spec, stage) + " (" + protocol::placementOf(r.spec, stage).daemon + "): " +
+                         (report.error.empty() ? "failed" : report.error);
+      }
+      break;
+    case ReportKind::Checkpoint: {
+      auto& confirmed = r.confirmations[report.step];
+      confirmed.insert(stage);
+      if (static_cast<int>(confirmed.size()) == protocol::slotCount(r.spec)) {
+        r.confirmations.erase(report.step);
+        if (r.checkpoints.empty() || r.checkpoints.back() < report.step) r.checkpoints.push_back(report.step);
+        r.checkpointAt = wallSeconds();
+        while (static_cast<int>(r.checkpoints.size()) > r.spec.checkpoint.keep) r.checkpoints.erase(r.checkpoints.begin());
+        persist(r);
+      }
+      break;
+    }
+  }
+  changed(r);
+}
+
+// A step row is complete once every stage has reported it; rows complete in step order.
+void JobTable::completeSteps(Record& r) {
+  const size_t stages = r.spec.stages.size();
+  const size_t slots = static_cast<size_t>(protocol::slotCount(r.spec));
+  while (!r.pending.empty() && r.pending.begin()->second.size() == slots &&
+         r.pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
+    const auto& reports = r.pending.begin()->second;
+    double stepSeconds = 0, bytes = 0, raw = 0, checkpoint = 0;
+    bool skipped = false;
+    int lead = -1;
+    Json compute = Json::array(), losses = Json::array();
+    // The training loss: the mean of the last stage's copies, each over its share of the batch.
+    Json loss = 0.0;
+    for (int replica = 0; replica < protocol::replicaCount(r.spec); ++replica) {
+      const Json& part = reports.at(protocol::slotOf(r.spec, static_cast<int>(stages) - 1, replica)).at("loss");
+      loss = part.is_number() && loss.is_number() ? Json(loss.get<double>() + part.get<double>() / protocol::replicaCount(r.spec))
+                                                  : Json();
+    }
+    for (const auto& entry : reports) {
+      stepSeconds = std::max(stepSeconds, entry.second.at("step_s").get<double>());
+      checkpoint = std::max(checkpoint, entry.second.value("checkpoint_s", 0.0));
+      skipped = skipped || entry.second.value("skipped", false);
+      bytes += entry.second.at("bytes_sent").get<double>();
+      raw += entry.second.value("bytes_raw", 0.0);
+      compute.push_back(entry.second.at("compute_s"));
+      losses.push_back(entry.second.value("loss", Json()));
+      lead = std::max(lead, entry.second.value("lead", -1));
+      addTo(r.totals, protocol::stageOfSlot(r.spec, entry.first), entry.second);
+    }
+    // A fan-in's step trains every producer's batch.
+    const double batches = protocol::isFanIn(r.spec) ? static_cast<double>(stages - 1) : 1.0;
+    const double tokens = batches * r.spec.batchSize * r.spec.model.seqLen;
+    Json row = {{"step", r.pending.begin()->first},
+                {"loss", loss},
+                {"step_s", stepSeconds},
+                {"tokens_per_s", stepSeconds > 0 ? tokens / stepSeconds : 0.0},
+                {"bytes_sent", bytes},
+                {"bytes_raw", raw},
+                {"micro_batches", reports.begin()->second.value("micro_batches", 0)},
+                {"checkpoint_s", checkpoint},
+                {"lr", reports.begin()->second.value("lr", 0.0)},
+                {"skipped", skipped},
+                {"compute_s", compute},
+                {"time", wallSeconds()}};  // when the step completed (plots against wall-clock)
+    if (protocol::isFanIn(r.spec)) {
+      row["stage_losses"] = losses;  // each generator's masked-token loss, then the discriminator's
+      row["lead"] = lead;            // how far the furthest producer ran ahead of the consumer
+    }
+    appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump(-1, ' ', false, Json::error_handler_t::replace));
+    r.steps.push_back(std::move(row));
+    r.pending.erase(r.pending.begin());
+  }
+}
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,162 @@
+#include "daemon/net/replica_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "daemon/ops/timing.h"
+#include "daemon/protocol/base64.h"
+#include "daemon/protocol/messages.h"
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+namespace {
+
+constexpr std::chrono::milliseconds kStoreRequestTimeout{10000};
+
+// A c10d::Store whose keys live at the job's coordinator (JobTable's rendezvous store),
+// reached over this stage's authenticated control connection. wait() polls check().
+class ControlStore : public c10d::Store {
+ public:
+  ControlStore(zmq::context_t& context, const ReplicaGroupOptions& o, std::chrono::milliseconds timeout)
+      : c10d::Store(timeout), client_(context, o.coordinator, o.security) {
+    ref_.job = o.job;
+    ref_.stage = o.stage;
+    ref_.replica = o.replica;
+    ref_.attempt = o.attempt;
+    aborted_ = o.aborted;
+  }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    auto m = request("set", {key});
+    m.value.assign(value.begin(), value.end());
+    send(m);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    wait({key}, timeout_);
+    const auto reply = send(request("get", {key}));
+    const std::string bytes = protocol::base64Decode(reply.at("value").get<std::string>(), protocol::kMaxStoreValueBytes);
+    return {bytes.begin(), bytes.end()};
+  }
+  int64_t add(const std::string& key, int64_t value) override {
+    auto m = request("add", {key});
+    m.delta = value;
+    return send(m).at("value").get<int64_t>();
+  }
+  bool deleteKey(const std::string& key) override { return send(request("delete", {key})).at("deleted").get<bool>(); }
+  bool check(const std::vector<std::string>& keys) override { return send(request("check", keys)).at("present").get<bool>(); }
+  int64_t getNumKeys() override { return send(request("count", {})).at("count").get<int64_t>(); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    auto pause = std::chrono::milliseconds(5);
+    while (!check(keys)) {
+      if (aborted_()) throw PeerError("replica rendezvous: the stage was aborted");
+      if (timeout != kNoTimeout && Clock::now() > deadline) {
+        throw PeerError("replica rendezvous: the other copies did not arrive within " +
+                        std::to_string(timeout.count() / 1000) + " s (waiting for " + keys.front() + ")");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(200));
+    }
+  }
+
+ private:
+  protocol::StoreRequest request(const std::string& op, std::vector<std::string> keys) const {
+    protocol::StoreRequest m = ref_;
+    m.op = op;
+    m.keys = std::move(keys);
+    return m;
+  }
+  protocol::Json send(const protocol::StoreRequest& m) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return client_.request(protocol::toJson(m), kStoreRequestTimeout);
+  }
+
+  std::function<bool()> aborted_;
+  std::mutex mutex_;  // c10d may call from its own threads; one request at a time
+  protocol::ControlClient client_;
+  protocol::StoreRequest ref_;
+};
+
+}  // namespace
+
+struct ReplicaGroup::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  std::string backend;
+  // One flat bucket a dtype and device, kept from step to step (a stage's gradients keep
+  // their sizes): the all-reduce allocates nothing after the first step.
+  std::map<std::pair<c10::ScalarType, std::string>, at::Tensor> buckets;
+};
+
+ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o)
+    : impl_(std::make_unique<Impl>()), size_(o.replicas) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeoutS * 1000));
+  auto store = c10::make_intrusive<ControlStore>(context, o, timeout);
+  const bool cuda = o.device.rfind("cuda", 0) == 0;
+  try {
+    if (cuda) {
+#ifdef USE_C10D_NCCL
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout;
+      impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.replica, o.replicas, options);
+      impl_->backend = "nccl";
+#else
+      throw Error("stage " + std::to_string(o.stage) + " on " + o.device +
+                  ": this LibTorch has no NCCL (c10d's GPU backend); build against a CUDA LibTorch");
+#endif
+    } else {
+      auto options = c10d::ProcessGroupGloo::Options::create();
+      options->timeout = timeout;
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.privateAddress));
+      impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.replica, o.replicas, options);
+      impl_->backend = "gloo";
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // c10::Error from Gloo: a refused bind, a lost peer
+    throw PeerError("stage " + std::to_string(o.stage) + " replica " + std::to_string(o.replica) +
+                    ": c10d rendezvous failed: " + std::string(e.what()).substr(0, 400));
+  }
+}
+
+ReplicaGroup::~ReplicaGroup() = default;
+
+std::string ReplicaGroup::backend() const { return impl_->backend; }
+
+void ReplicaGroup::average(const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return;
+  std::map<c10::ScalarType, std::vector<at::Tensor>> byType;
+  for (const auto& t : tensors) byType[t.scalar_type()].push_back(t);
+  for (auto& entry : byType) {
+    std::vector<at::Tensor>& group = entry.second;
+    std::vector<at::Tensor> parts;
+    int64_t total = 0;
+    for (const auto& t : group) parts.push_back(t.reshape({-1})), total += t.numel();
+    at::Tensor& bucket = impl_->buckets[{entry.first, group[0].device().str()}];
+    if (!bucket.defined() || bucket.numel() != total) bucket = torch::empty({total}, group[0].options());
+    at::cat_out(bucket, parts, 0);
+    std::vector<at::Tensor> flat{bucket};
+    try {
+      impl_->group->allreduce(flat)->wait();
+    } catch (const std::exception& e) {
+      throw PeerError(std::string("gradient all-reduce among the stage's replicas failed: ") +
+                      std::string(e.what()).substr(0, 400));
+    }
+    flat[0].div_(size_);
+    int64_t at = 0;
+    for (auto& t : group) {
+      const int64_t n = t.numel();
+      t.copy_(flat[0].narrow(0, at, n).view(t.sizes()));
+      at += n;
+    }
+  }
+}
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,103 @@
+#include "daemon/ops/logging.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+namespace skytrain::daemon {
+namespace {
+
+// syslog priorities (sd-daemon.h's SD_ERR etc.) by spdlog level.
+int priorityOf(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::trace:
+    case spdlog::level::debug: return 7;
+    case spdlog::level::info: return 6;
+    case spdlog::level::warn: return 4;
+    case spdlog::level::err: return 3;
+    case spdlog::level::critical: return 2;
+    default: return 6;
+  }
+}
+
+void appendPrefix(spdlog::memory_buf_t& dest, spdlog::level::level_enum level) {
+  char prefix[8];
+  const int n = std::snprintf(prefix, sizeof prefix, "<%d>", priorityOf(level));
+  dest.append(prefix, prefix + n);
+}
+
+class PriorityFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    appendPrefix(dest, msg.level);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PriorityFlag>(); }
+};
+
+class JsonFormatter : public spdlog::formatter {
+ public:
+  explicit JsonFormatter(bool priorityPrefix) : priorityPrefix_(priorityPrefix) {}
+
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    if (priorityPrefix_) appendPrefix(dest, msg.level);
+    const auto since = msg.time.time_since_epoch();
+    const std::time_t seconds = std::chrono::duration_cast<std::chrono::seconds>(since).count();
+    const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(since).count() % 1000;
+    std::tm utc{};
+    gmtime_r(&seconds, &utc);
+    char stamp[40];
+    const size_t n = std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &utc);
+    std::snprintf(stamp + n, sizeof stamp - n, ".%03dZ", static_cast<int>(millis));
+    const auto level = spdlog::level::to_string_view(msg.level);
+    const nlohmann::json record = {{"time", stamp},
+                                   {"level", std::string(level.data(), level.size())},
+                                   {"thread", msg.thread_id},
+                                   {"message", std::string(msg.payload.data(), msg.payload.size())}};
+    const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    dest.append(line.data(), line.data() + line.size());
+    dest.push_back('\n');
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override { return std::make_unique<JsonFormatter>(priorityPrefix_); }
+
+ private:
+  bool priorityPrefix_;
+};
+
+// systemd sets $JOURNAL_STREAM to "<device>:<inode>" of the stream stderr is connected to.
+bool stderrIsJournal() {
+  const char* stream = std::getenv("JOURNAL_STREAM");
+  if (!stream || !*stream) return false;
+  struct stat st {};
+  if (fstat(2, &st) != 0) return false;
+  unsigned long long device = 0, inode = 0;
+  if (std::sscanf(stream, "%llu:%llu", &device, &inode) != 2) return false;
+  return device == static_cast<unsigned long long>(st.st_dev) && inode == static_cast<unsigned long long>(st.st_ino);
+}
+
+}  // namespace
+
+std::unique_ptr<spdlog::formatter> makeJsonFormatter(bool priorityPrefix) {
+  return std::make_unique<JsonFormatter>(priorityPrefix);
+}
+
+std::unique_ptr<spdlog::formatter> makeTextFormatter(bool priorityPrefix) {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<PriorityFlag>('*');
+  formatter->set_pattern(priorityPrefix ? "%*[%l] %v" : "[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  return formatter;
+}
+
+void setupLogging(const std::string& level, const std::string& format) {
+  spdlog::set_level(spdlog::level::from_str(level));
+  // The journal stamps every entry itself: no time in a text line there.
+  const bool journal = stderrIsJournal();
+  spdlog::set_formatter(format == "json" ? makeJsonFormatter(journal) : makeTextFormatter(journal));
+}
+
+}  // namespace skytrain::daemon

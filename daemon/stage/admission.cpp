@@ -1,0 +1,117 @@
+#include "daemon/stage/admission.h"
+
+#include <filesystem>
+
+#include "daemon/stage/model_setup.h"
+#include "daemon/stage/pipeline_runner.h"
+#include "scheduler/error.h"
+#include "stages/model_source.h"
+
+namespace skytrain::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string megabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+
+bool under(const fs::path& path, const fs::path& root) {
+  auto p = path.begin();
+  for (auto r = root.begin(); r != root.end(); ++r, ++p) {
+    if (r->empty()) continue;  // a trailing separator
+    if (p == path.end() || *p != *r) return false;
+  }
+  return true;
+}
+
+std::string resolve(const std::string& file, const std::string& field, const std::vector<std::string>& roots) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(file, ec);
+  if (ec) throw SpecError(field, "\"" + file + "\" cannot be resolved: " + ec.message());
+  bool allowed = false;
+  std::string listed;
+  for (const auto& root : roots) {
+    const fs::path canonicalRoot = fs::weakly_canonical(root, ec);
+    allowed = allowed || (!ec && under(real, canonicalRoot));
+    listed += (listed.empty() ? "" : ", ") + root;
+  }
+  if (!allowed) {
+    throw SpecError(field, "\"" + file + "\" (resolved: \"" + real.string() + "\") is not under this daemon's data_roots (" +
+                               listed + ")");
+  }
+  if (!fs::is_regular_file(real, ec)) throw SpecError(field, "\"" + file + "\" is not a regular file");
+  return real.string();
+}
+
+bool readsData(const protocol::JobSpec& spec, int stage) {
+  const bool last = stage + 1 == static_cast<int>(spec.stages.size());
+  return protocol::isFanIn(spec) ? !last : stage == 0 || last;
+}
+
+// The text a stage reads: its own files (a fan-in's producers), else data.files.
+const std::vector<std::string>& filesOf(const protocol::JobSpec& spec, int stage) {
+  const auto& own = spec.stages[stage].dataFiles;
+  return own.empty() ? spec.data.files : own;
+}
+
+}  // namespace
+
+std::string MemoryEstimate::describe() const {
+  return megabytes(totalBytes()) + " (weights " + megabytes(weightBytes) + ", gradients and AdamW state " +
+         megabytes(optimizerBytes) + ", activation stash " + megabytes(stashBytes) + " at micro-batch " +
+         std::to_string(stashSamples) + ", data " + megabytes(dataBytes) + ")";
+}
+
+void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std::string>& roots) {
+  if (auto& module = spec.stages.at(stage).module; !module.empty()) {
+    module = resolve(module, "$.stages[" + std::to_string(stage) + "].module", roots);
+  }
+  for (size_t i = 0; i < spec.model.initFrom.size(); ++i) {
+    spec.model.initFrom[i] = resolve(spec.model.initFrom[i], "$.model.init_from[" + std::to_string(i) + "]", roots);
+  }
+  if (!readsData(spec, stage)) return;
+  auto& own = spec.stages[stage].dataFiles;
+  auto& files = own.empty() ? spec.data.files : own;
+  const std::string field = spec.stages[stage].dataFiles.empty() ? "$.data.files" : "$.stages[" + std::to_string(stage) + "].data_files";
+  for (size_t i = 0; i < files.size(); ++i) files[i] = resolve(files[i], field + "[" + std::to_string(i) + "]", roots);
+  for (size_t i = 0; i < spec.data.evalFiles.size(); ++i) {
+    spec.data.evalFiles[i] = resolve(spec.data.evalFiles[i], "$.data.eval_files[" + std::to_string(i) + "]", roots);
+  }
+  if (!spec.data.sentencepieceModel.empty()) {
+    spec.data.sentencepieceModel = resolve(spec.data.sentencepieceModel, "$.data.sentencepiece_model", roots);
+  }
+}
+
+MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
+  const auto source = stages::makeModelSource(modelConfig(spec));
+  MemoryEstimate m;
+  m.weightBytes = source->weightBytes(stage);
+  m.optimizerBytes = 3 * m.weightBytes;  // gradient, exp_avg, exp_avg_sq
+  // With m chosen by the planner the smallest micro-batch is one sample; a fixed m fixes it.
+  m.stashSamples = spec.microBatches > 0 ? spec.batchSize / spec.microBatches : 1;
+  m.stashBytes = source->stashBytesPerSample(stage) * m.stashSamples;
+  std::error_code ec;
+  for (const auto& file : spec.model.initFrom) {
+    const auto size = std::filesystem::file_size(file, ec);
+    if (!ec) m.dataBytes += static_cast<double>(size);  // read whole, once
+  }
+  if (readsData(spec, stage)) {
+    for (const auto& file : filesOf(spec, stage)) {
+      const auto size = std::filesystem::file_size(file, ec);
+      // The text, its tokens (int32) and their train/validation copies.
+      if (!ec) m.dataBytes += 9.0 * static_cast<double>(size);
+    }
+  }
+  return m;
+}
+
+void checkMemory(const MemoryEstimate& estimate, int stage, double budgetBytes) {
+  if (estimate.totalBytes() <= budgetBytes) return;
+  throw Error("stage " + std::to_string(stage) + " needs an estimated " + estimate.describe() +
+              ", over this daemon's memory budget of " + megabytes(budgetBytes) + " (memory_budget_mb)");
+}
+
+}  // namespace skytrain::daemon

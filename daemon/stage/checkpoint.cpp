@@ -1,0 +1,165 @@
+#include "daemon/stage/checkpoint.h"
+
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "daemon/ops/files.h"
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+namespace {
+
+constexpr size_t kMaxMetaBytes = 1 << 20;
+constexpr size_t kMaxTensorsBytes = size_t{1} << 40;
+
+std::string hex64(uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+std::string readAll(const std::string& path, size_t maxBytes) {
+  try {
+    return readFile(path, maxBytes);
+  } catch (const Error& e) {
+    throw WireError(std::string("checkpoint file ") + e.what());
+  }
+}
+
+}  // namespace
+
+std::string checkpointDir(const std::string& jobDir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return jobDir + "/checkpoints/" + name;
+}
+
+std::string checkpointTensorsPath(const std::string& jobDir, int64_t step, int stage) {
+  return checkpointDir(jobDir, step) + "/stage-" + std::to_string(stage) + ".safetensors";
+}
+
+std::string checkpointMetaPath(const std::string& jobDir, int64_t step, int stage) {
+  return checkpointDir(jobDir, step) + "/stage-" + std::to_string(stage) + ".json";
+}
+
+StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId, int64_t step, int stage) {
+  const std::string metaPath = checkpointMetaPath(jobDir, step, stage);
+  const std::string tensorsPath = checkpointTensorsPath(jobDir, step, stage);
+  StageSnapshot snapshot;
+  const std::string metaText = readAll(metaPath, kMaxMetaBytes);
+  snapshot.meta = nlohmann::json::parse(metaText, nullptr, false);
+  const auto& m = snapshot.meta;
+  auto problem = [&](const std::string& what) { throw WireError("checkpoint file " + metaPath + ": " + what); };
+  if (m.is_discarded() || !m.is_object()) problem("not a JSON object");
+  if (m.value("format", 0) != kCheckpointFormat) problem("format is not " + std::to_string(kCheckpointFormat));
+  if (m.value("job", "") != jobId) problem("belongs to job " + m.value("job", std::string("?")) + ", not " + jobId);
+  if (m.value("stage", -1) != stage) problem("belongs to stage " + std::to_string(m.value("stage", -1)));
+  if (m.value("step", int64_t{-1}) != step) problem("is of step " + std::to_string(m.value("step", int64_t{-1})));
+  if (!m.contains("plan") || !m["plan"].is_object()) problem("has no plan");
+  const std::string bytes = readAll(tensorsPath, kMaxTensorsBytes);
+  if (m.value("tensors_bytes", uint64_t{0}) != bytes.size()) {
+    throw WireError("checkpoint file " + tensorsPath + " is " + std::to_string(bytes.size()) + " bytes, " + metaPath +
+                    " says " + std::to_string(m.value("tensors_bytes", uint64_t{0})) + " (truncated?)");
+  }
+  if (m.value("tensors_xxh64", "") != hex64(XXH64(bytes.data(), bytes.size(), 0))) {
+    throw WireError("checkpoint file " + tensorsPath + " does not match its checksum in " + metaPath + " (corrupted)");
+  }
+  snapshot.tensors = stages::decodeSafetensors(bytes, tensorsPath);
+  return snapshot;
+}
+
+CheckpointWriter::CheckpointWriter(std::string jobDir, int stage, int keep)
+    : jobDir_(std::move(jobDir)), stage_(stage), keep_(keep) {
+  // Checkpoints of earlier attempts count towards `keep`.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(jobDir_ + "/checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() != 13) continue;
+    const int64_t step = std::strtoll(name.c_str() + 5, nullptr, 10);
+    if (std::filesystem::exists(checkpointMetaPath(jobDir_, step, stage_), ec)) kept_.push_back(step);
+  }
+  std::sort(kept_.begin(), kept_.end());
+  thread_ = std::thread([this] { run(); });
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void CheckpointWriter::write(int64_t step, StageSnapshot snapshot) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.emplace_back(step, std::move(snapshot));
+  }
+  changed_.notify_all();
+}
+
+std::vector<int64_t> CheckpointWriter::takeWritten() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) throw Error(*error_);
+  return std::exchange(written_, {});
+}
+
+void CheckpointWriter::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return (queue_.empty() && !busy_) || error_; });
+  if (error_) throw Error(*error_);
+}
+
+void CheckpointWriter::run() {
+  while (true) {
+    std::pair<int64_t, StageSnapshot> item;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    std::optional<std::string> failure;
+    try {
+      const auto [step, snapshot] = std::move(item);
+      makeDirectories(checkpointDir(jobDir_, step));
+      const std::string bytes = stages::encodeSafetensors(snapshot.tensors);
+      nlohmann::json meta = snapshot.meta;
+      meta["tensors_bytes"] = bytes.size();
+      meta["tensors_xxh64"] = hex64(XXH64(bytes.data(), bytes.size(), 0));
+      writeFileAtomic(checkpointTensorsPath(jobDir_, step, stage_), bytes);
+      writeFileAtomic(checkpointMetaPath(jobDir_, step, stage_), meta.dump(2));
+      prune(step);
+      std::lock_guard<std::mutex> lock(mutex_);
+      written_.push_back(step);
+    } catch (const std::exception& e) {
+      failure = std::string("checkpoint not written: ") + e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+      if (failure && !error_) error_ = failure;
+    }
+    changed_.notify_all();
+  }
+}
+
+void CheckpointWriter::prune(int64_t newest) {
+  kept_.push_back(newest);
+  while (static_cast<int>(kept_.size()) > keep_ + 1) {
+    const int64_t old = kept_.front();
+    kept_.erase(kept_.begin());
+    std::error_code ec;
+    std::filesystem::remove(checkpointMetaPath(jobDir_, old, stage_), ec);  // the JSON first: then it is gone
+    std::filesystem::remove(checkpointTensorsPath(jobDir_, old, stage_), ec);
+    std::filesystem::remove(checkpointDir(jobDir_, old), ec);  // only when empty (other stages' files)
+  }
+}
+
+}  // namespace skytrain::daemon

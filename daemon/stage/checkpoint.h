@@ -1,0 +1,72 @@
+// Checkpoints of one hosted stage: what its future depends on, written in the background
+// from a copy taken at a step boundary, and read back with every field checked.
+//
+// Layout: <job dir>/checkpoints/step-<8 digits>/stage-<i>.safetensors (parameters, AdamW
+// state, codec state such as error-feedback residuals, RNG state) and stage-<i>.json (the
+// step, the plan in force, the codecs, and the size and XXH64 of the tensors file). The
+// tensors file is written first, the JSON last, each atomically: a stage's checkpoint
+// exists once its JSON does. A checkpoint counts once every stage has confirmed it to the
+// coordinator.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stages/safetensors.h"
+
+namespace skytrain::daemon {
+
+constexpr int kCheckpointFormat = 1;
+
+struct StageSnapshot {
+  stages::SafeTensors tensors;
+  nlohmann::json meta;  // format, job, stage, step, plan, codecs, ...
+};
+
+std::string checkpointDir(const std::string& jobDir, int64_t step);
+std::string checkpointTensorsPath(const std::string& jobDir, int64_t step, int stage);
+std::string checkpointMetaPath(const std::string& jobDir, int64_t step, int stage);
+
+// Reads the checkpoint of `stage` after `step`; throws skytrain::WireError naming the file
+// and the problem (missing, truncated, corrupted, another job's or stage's, another step's).
+StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId, int64_t step, int stage);
+
+// Writes snapshots on its own thread, in order, keeping this stage's newest `keep` + 1.
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::string jobDir, int stage, int keep);
+  ~CheckpointWriter();  // writes what is queued, then joins
+
+  void write(int64_t step, StageSnapshot snapshot);
+  // Steps written durably since the last call.
+  std::vector<int64_t> takeWritten();
+  // Blocks until the queue is empty; throws the first write error.
+  void drain();
+
+ private:
+  void run();
+  void prune(int64_t newest);
+
+  std::string jobDir_;
+  int stage_;
+  int keep_;
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable changed_;
+  std::deque<std::pair<int64_t, StageSnapshot>> queue_;
+  std::vector<int64_t> written_;
+  std::vector<int64_t> kept_;
+  std::optional<std::string> error_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread thread_;  // encodes and writes the files
+};
+
+}  // namespace skytrain::daemon

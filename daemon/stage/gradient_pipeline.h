@@ -1,0 +1,77 @@
+// GradientPipeline: what happens to a step's gradients between the last backward and the
+// optimizer — averaged over the stage's copies, checked for NaN and Inf, and clipped by the
+// global norm, which the stages agree on by passing per-parameter norms up the pipeline and
+// the total back down (as clip_grad_norm_ does in one process). The synchronous update does
+// it all at once (finish); the delayed update starts it when a step's last backward ends
+// (begin) and learns the total among later frames (resolveTotal, check).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "daemon/stage/gradient_checks.h"
+#include "daemon/stage/stage_context.h"
+#include "stages/stage.h"
+
+namespace skytrain::daemon {
+
+class ReplicaGroup;
+class StageLinks;
+
+// A step's gradient on its way to the optimizer.
+struct PendingGradient {
+  uint64_t step = 0;
+  at::Tensor total;        // the global gradient norm; undefined until known
+  bool needsTotal = true;  // false: no clipping and nothing to skip (checked locally)
+};
+
+class GradientPipeline {
+ public:
+  // `ownNorm`: the stage clips by its own gradients' norm (a fan-in's stages train
+  // separate models); otherwise by the norm over the whole chain.
+  GradientPipeline(const StageContext& context, StepCounters& counters, StageLinks& links, bool ownNorm);
+  ~GradientPipeline();
+
+  // The stage's copies (R > 1): gradients are averaged over them before anything else.
+  void setReplicaGroup(std::unique_ptr<ReplicaGroup> group);
+  ReplicaGroup* replicas() const { return replicas_.get(); }
+
+  // The parameters of `stage` that hold a gradient, by name (views of the gradients).
+  static NamedGradients gradients(const stages::Stage& stage);
+
+  // The synchronous update, after step's last backward on `model`: average, check, clip.
+  // False: skip this step's update (on_nonfinite "skip"; every stage sees the same total).
+  bool finish(uint64_t step, const stages::Stage& model);
+
+  // The delayed update, when step's last backward on `copy` ends: averages, then sends the
+  // norms upstream (joined to the later stages'); the first stage takes the total and sends
+  // it down.
+  PendingGradient begin(uint64_t step, const stages::Stage& copy);
+  // The total of a pending gradient from the previous stage, passed on down.
+  void resolveTotal(PendingGradient& pending);
+  // Before a pending gradient is applied: the non-finite policy and clipping. False: skip.
+  bool check(const PendingGradient& pending, const NamedGradients& named) const;
+
+ private:
+  void average(const NamedGradients& named);
+  // Throws a kNonFinite failure naming the first gradient that holds NaN or Inf.
+  void failIfNonFinite(const NamedGradients& named, uint64_t step) const;
+  // This stage's per-parameter norms joined to the next stage's (sent up from the last).
+  at::Tensor normsFromBelow(uint64_t step, const at::Tensor& mine);
+  // The global norm: norms go up, the first stage takes their norm and sends it down.
+  at::Tensor exchangeNorms(uint64_t step, const at::Tensor& mine);
+  // The total of `step` from the previous stage (NormDown); refuses a negative one.
+  at::Tensor receiveTotal(uint64_t step);
+  // Whether a step needs a total at all: clipping, or the skip policy.
+  bool needsTotal() const;
+
+  const StageContext& context_;
+  StepCounters& counters_;
+  StageLinks& links_;
+  bool ownNorm_;
+  std::unique_ptr<ReplicaGroup> replicas_;  // null: a single copy
+};
+
+}  // namespace skytrain::daemon

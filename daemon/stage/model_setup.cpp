@@ -1,0 +1,75 @@
+// How a job spec becomes a stage's model source and its data config (the spec's fields
+// mapped onto the stages module's plain config structs); which data source a model reads is
+// the model source's to say.
+#include "daemon/stage/model_setup.h"
+
+#include "scheduler/error.h"
+
+
+namespace skytrain::daemon {
+
+stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
+  stages::GptConfig c;
+  c.vocabSize = m.vocabSize;
+  c.dModel = m.dModel;
+  c.heads = m.heads;
+  c.layers = m.layers;
+  c.dFf = m.dFf;
+  c.seqLen = m.seqLen;
+  c.dropout = m.dropout;
+  c.split.block = m.splitPoint.block;
+  c.split.layer = m.splitPoint.layer == "proj" ? stages::SplitPoint::Layer::Proj : stages::SplitPoint::Layer::Fc;
+  c.split.rank = m.splitPoint.rank;
+  c.split.keepResidual = m.splitPoint.keepResidual;
+  c.adapter = m.adapter;
+  return c;
+}
+
+stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
+  stages::ModelConfig c;
+  c.kind = spec.model.kind;
+  c.gpt = gptConfig(spec.model);
+  c.generator = c.gpt;
+  c.generator.dModel = spec.model.generator.dModel;
+  c.generator.heads = spec.model.generator.heads;
+  c.generator.layers = spec.model.generator.layers;
+  c.generator.dFf = spec.model.generator.dFf;
+  c.loss = spec.model.loss;
+  c.seed = spec.seed;
+  c.classes = static_cast<int>(spec.model.classes.size());
+  c.decoderLayers = spec.model.decoderLayers;
+  c.maskRate = spec.model.maskRate;
+  for (const auto& s : spec.stages) c.stages.push_back({s.firstLayer, s.lastLayer, s.module, s.inputShape});
+  return c;
+}
+
+stages::DataConfig dataConfig(const protocol::JobSpec& spec, int stage) {
+  stages::DataConfig c;
+  c.files = spec.data.files;
+  c.stageFiles = spec.stages.at(stage).dataFiles;
+  c.evalFiles = spec.data.evalFiles;
+  c.sentencepieceModel = spec.data.sentencepieceModel;
+  c.validationFraction = spec.data.validationFraction;
+  c.classes = spec.model.classes;
+  c.seqLen = spec.model.seqLen;
+  c.vocabSize = spec.model.vocabSize;
+  c.seed = spec.seed;
+  return c;
+}
+
+void checkDevice(const std::string& device, const std::string& what) {
+  if (device == "cpu") return;
+  const int wanted = device == "cuda" ? 0 : std::stoi(device.substr(5));  // the spec parser checked the form
+  if (!torch::cuda::is_available()) {
+    throw Error(what + ": device " + device + " is not available on this daemon (its LibTorch " +
+                (torch::cuda::device_count() == 0 && !at::hasCUDA() ? std::string("is built without CUDA")
+                                                                    : std::string("sees no GPU")) +
+                ")");
+  }
+  if (wanted >= static_cast<int>(torch::cuda::device_count())) {
+    throw Error(what + ": device " + device + " is not available on this daemon (it has " +
+                std::to_string(torch::cuda::device_count()) + " GPUs)");
+  }
+}
+
+}  // namespace skytrain::daemon

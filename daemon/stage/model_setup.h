@@ -1,0 +1,26 @@
+// A job spec's model and data, as the stages module takes them: the model source's config
+// and the data source a stage reads (text, a generator's own text, or labelled text).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "daemon/protocol/job_spec.h"
+#include "stages/gpt.h"
+#include "stages/model_source.h"
+#include "stages/text_data.h"
+
+namespace skytrain::daemon {
+
+// The model zoo's config for a job's model spec.
+stages::GptConfig gptConfig(const protocol::ModelSpec& model);
+// The model source's config: the kind, the sizes, the loss and each stage's part.
+stages::ModelConfig modelConfig(const protocol::JobSpec& spec);
+// The job's data as stage `stage`'s model source reads it (ModelSource::makeData).
+stages::DataConfig dataConfig(const protocol::JobSpec& spec, int stage);
+
+// Throws skytrain::Error naming `device` ("cpu", "cuda", "cuda:N") and `what` when this
+// daemon's LibTorch cannot compute on it: never a silent fallback to the CPU.
+void checkDevice(const std::string& device, const std::string& what);
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,221 @@
+#include "daemon/stage/pipeline_runner.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "daemon/net/replica_group.h"
+#include "daemon/ops/files.h"
+#include "daemon/ops/timing.h"
+#include "daemon/stage/chain.h"
+#include "daemon/stage/codec_set.h"
+#include "daemon/stage/delayed_update.h"
+#include "daemon/stage/evaluation.h"
+#include "daemon/stage/fan_in.h"
+#include "daemon/stage/gradient_pipeline.h"
+#include "daemon/stage/model_setup.h"
+#include "daemon/stage/profiler.h"
+#include "daemon/stage/schedule_executor.h"
+#include "daemon/stage/stage_links.h"
+#include "daemon/stage/stage_state.h"
+#include "daemon/stage/sync_update.h"
+#include "scheduler/error.h"
+#include "stages/model_source.h"
+#include "stages/safetensors.h"
+#include "stages/weights.h"
+
+namespace skytrain::daemon {
+
+PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes,
+                               int replica) {
+  context_.spec = spec;
+  context_.spec.batchSize = spec.batchSize / protocol::replicaCount(spec);  // this copy's share
+  context_.stage = stage;
+  context_.replica = replica;
+  context_.device = c10::Device(protocol::placementOf(spec, protocol::slotOf(spec, stage, replica)).device);
+  context_.jobKey = jobKey;
+  source_ = stages::makeModelSource(modelConfig(spec));
+  StageFacts facts;
+  facts.memoryBudgetBytes = memoryBudgetBytes;
+  facts.delayed = spec.update == "delayed";
+  model_ = buildStage(&facts);
+  std::unique_ptr<stages::Stage> copies[2];
+  for (auto& copy : copies) {
+    if (!facts.delayed) break;
+    copy = buildStage(nullptr);  // its values come from model_ at each round's start
+  }
+
+  fanIn_ = source_->fanIn();
+  const bool readsData = fanIn_ ? !isLast() : isFirst() || isLast();
+  if (readsData) data_ = source_->makeData(dataConfig(spec, stage), stage);
+  objective_ = source_->objective(data_.get());
+  if (data_) {
+    const int needed = data_->tokenizer().vocabSize() + objective_->extraTokens();
+    if (needed > spec.model.vocabSize) {
+      throw SpecError("$.model.vocab_size", std::to_string(spec.model.vocabSize) + " is smaller than tokenizer " +
+                                                data_->tokenizer().name() + "'s " +
+                                                std::to_string(data_->tokenizer().vocabSize()) +
+                                                objective_->extraTokensName());
+    }
+  }
+  const auto& o = spec.optimizer;
+  optimizer_ = std::make_unique<torch::optim::AdamW>(
+      model_->parameters(),
+      torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay));
+
+  codecs_ = std::make_unique<CodecSet>(spec.compression);
+  links_ = std::make_unique<StageLinks>(context_, counters_);
+  links_->setStashNorms(facts.delayed);
+  executor_ = std::make_unique<ScheduleExecutor>(context_, counters_, *links_, *codecs_, *source_, *model_, data_.get(),
+                                                 objective_.get());
+  gradients_ = std::make_unique<GradientPipeline>(context_, counters_, *links_, /*ownNorm=*/fanIn_);
+  profiler_ = std::make_unique<Profiler>(context_, *links_, *codecs_, *executor_, *gradients_, *source_, *model_,
+                                         data_.get(), *optimizer_, std::move(facts));
+  if (fanIn_) {
+    topology_ = std::make_unique<FanIn>(context_, counters_, *links_, *codecs_, *executor_, *profiler_, *source_,
+                                        *model_, data_.get(), objective_.get(), *optimizer_);
+  } else {
+    evaluation_ = std::make_unique<Evaluation>(context_, *links_, *codecs_, *executor_, *model_, data_.get(),
+                                               objective_.get());
+    topology_ = std::make_unique<Chain>(context_, *executor_, *model_, *evaluation_, *profiler_);
+  }
+  if (copies[0]) {
+    update_ = std::make_unique<DelayedUpdate>(context_, counters_, *model_, copies, *optimizer_, *gradients_, *executor_);
+  } else {
+    update_ = std::make_unique<SyncUpdate>(context_, counters_, *model_, *optimizer_, *gradients_,
+                                           [this](uint64_t step, double& lossSum) { topology_->runOps(step, lossSum); });
+  }
+  state_ = std::make_unique<StageState>(context_, *model_, *optimizer_, *codecs_, *links_, *update_);
+
+  RunPlan initial;
+  initial.microBatches = spec.microBatches > 0 ? spec.microBatches : 1;
+  const auto kind = scheduler::parseScheduleKind(spec.schedule);
+  // Kinds with warm-up depths from the links wait for the coordinator's plan.
+  if (kind && *kind != scheduler::ScheduleKind::OneFOneBDelayAware && *kind != scheduler::ScheduleKind::ZeroBubbleH1) {
+    initial.schedule = *kind;
+  }
+  setPlan(initial);
+}
+
+PipelineRunner::~PipelineRunner() = default;
+
+std::unique_ptr<stages::Stage> PipelineRunner::buildStage(StageFacts* facts) {
+  const auto& spec = context_.spec;
+  const int stage = context_.stage;
+  std::unique_ptr<stages::Stage> built;
+  try {
+    built = source_->build(stage);
+    const stages::ParameterCounts counts = stages::applyTrainable(*built, spec.model.trainable);
+    if (facts) {
+      facts->parameters = counts;
+      std::vector<std::string> files = spec.model.initFrom;
+      const auto& own = spec.stages.at(stage).initFrom;
+      files.insert(files.end(), own.begin(), own.end());
+      for (const auto& file : files) {
+        const auto result = stages::initialiseFrom(
+            *built, stages::decodeSafetensors(readFile(file, kMaxInitBytes), file), file, source_->namePrefix(stage));
+        facts->initReport.push_back({{"file", file}, {"loaded", result.loaded}, {"from_seed", result.fromSeed.size()}});
+      }
+    }
+  } catch (const Error& e) {  // WireError (a malformed file) included
+    throw Error(std::string(protocol::kBadModel) + e.what());
+  }
+  if (!context_.device.is_cpu()) {
+    torch::NoGradGuard noGrad;  // parameters and buffers in place, as Module.to() does
+    for (auto& [name, tensor] : built->stateDict()) tensor.set_data(tensor.to(context_.device));
+  }
+  return built;
+}
+
+void PipelineRunner::connect(std::unique_ptr<PeerLink> previous, std::unique_ptr<PeerLink> next) {
+  links_->connect(std::move(previous), std::move(next), fanIn_);
+}
+
+void PipelineRunner::connectProducers(std::vector<std::unique_ptr<PeerLink>> producers) {
+  SKYTRAIN_CHECK(fanIn_, "producer links do not match stage " << context_.stage);
+  links_->connectProducers(std::move(producers), context_.stages() - 1);
+}
+
+void PipelineRunner::setReplicaGroup(std::unique_ptr<ReplicaGroup> group) { gradients_->setReplicaGroup(std::move(group)); }
+
+int PipelineRunner::microBatches() const { return executor_->schedule().microBatches; }
+
+void PipelineRunner::setPlan(const RunPlan& plan) {
+  const auto& spec = context_.spec;
+  if (plan.microBatches < 1 || spec.batchSize % plan.microBatches != 0) {
+    throw Error("plan: " + std::to_string(plan.microBatches) + " micro-batches do not divide " +
+                (context_.replica > 0 || protocol::replicaCount(spec) > 1 ? "a replica's share of batch_size, "
+                                                                         : "batch_size ") +
+                std::to_string(spec.batchSize));
+  }
+  scheduler::Schedule schedule = scheduler::makeSchedule(plan.schedule, context_.stages(), plan.microBatches, plan.warmups);
+  const std::string problem = scheduler::validateSchedule(schedule);
+  if (!problem.empty()) throw Error("plan: schedule " + scheduler::toString(plan.schedule) + ": " + problem);
+  codecs_->applyPlan(plan.forwardCodec, plan.backwardCodec);
+  model_->setSplitBackward(plan.schedule == scheduler::ScheduleKind::ZeroBubbleH1);
+  executor_->setSchedule(std::move(schedule));
+  plan_ = plan;
+  plan_.forwardCodec = codecs_->forwardSpec();
+  plan_.backwardCodec = codecs_->backwardSpec();
+}
+
+StepStats PipelineRunner::runStep(uint64_t step) {
+  const auto start = Clock::now();
+  const uint64_t bytesBefore = links_->bytesSent();
+  const uint64_t backwardBefore = links_->bytesSentBackward();
+  counters_ = StepCounters{};
+  StepStats stats;
+  double lossSum = 0;
+  stats.skipped = !update_->runStep(step, lossSum);
+  stats.lead = topology_->lead();
+  topology_->endStep(step);
+  stats.lr = protocol::learningRate(context_.spec.optimizer, static_cast<int64_t>(step), context_.spec.steps);
+  const int lossTerms = topology_->lossTerms();
+  stats.loss = lossTerms > 0 ? lossSum / lossTerms : std::nan("");
+  stats.computeSeconds = counters_.computeSeconds;
+  stats.allReduceSeconds = counters_.allReduceSeconds;
+  stats.bytesSent = links_->bytesSent() - bytesBefore;
+  stats.bytesRaw = counters_.bytesRaw;
+  stats.bytesBackward = links_->bytesSentBackward() - backwardBefore;
+  stats.rawBackward = counters_.rawBackward;
+  stats.stepSeconds = secondsSince(start);
+  return stats;
+}
+
+void PipelineRunner::drain() { update_->drain(); }
+
+void PipelineRunner::flush() { update_->flush(); }
+
+nlohmann::json PipelineRunner::profile(uint64_t step) { return topology_->profile(step); }
+
+std::optional<double> PipelineRunner::runEval(uint64_t step) { return topology_->evaluate(step); }
+
+std::optional<double> PipelineRunner::evalMetric(const std::string& name) const {
+  const auto metrics = topology_->evalMetrics();
+  const auto it = metrics.find(name);
+  return it == metrics.end() ? std::nullopt : std::optional<double>(it->second);
+}
+
+StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) const {
+  return state_->snapshot(jobId, step, plan_);
+}
+
+void PipelineRunner::restore(const StageSnapshot& snapshot) {
+  state_->restore(snapshot, [this](const RunPlan& plan) { setPlan(plan); });
+}
+
+std::string PipelineRunner::serializedState() const {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, tensor] : model_->stateDict()) dict.insert(name, tensor.detach().to(at::kCPU, false, true));
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+stages::SafeTensors PipelineRunner::weights() const {
+  stages::SafeTensors out;
+  for (const auto& [name, tensor] : model_->stateDict()) out.tensors.emplace_back(name, tensor.detach().to(at::kCPU).contiguous());
+  out.metadata = {{"format", "pt"}, {"skytrain_stage", std::to_string(context_.stage)}};
+  return out;
+}
+
+}  // namespace skytrain::daemon

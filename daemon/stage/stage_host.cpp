@@ -1,0 +1,192 @@
+#include "daemon/stage/stage_host.h"
+
+#include <spdlog/spdlog.h>
+
+#include "compression/codec_registry.h"
+#include "daemon/ops/files.h"
+#include "daemon/stage/admission.h"
+#include "daemon/stage/model_setup.h"
+#include "daemon/stage/weight_export.h"
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+
+uint64_t jobKey(const std::string& jobId, int attempt, int replica) {
+  if (jobId.size() != 16 || jobId.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw Error("job id \"" + jobId + "\" is not 16 lowercase hex digits");
+  }
+  return std::stoull(jobId, nullptr, 16) ^ (static_cast<uint64_t>(attempt) * 0x9e3779b97f4a7c15ULL) ^
+         (static_cast<uint64_t>(replica) * 0xc2b2ae3d27d4eb4fULL);
+}
+
+namespace {
+
+std::string describe(const protocol::StageRef& ref) {
+  return "stage " + std::to_string(ref.stage) + (ref.replica > 0 ? " replica " + std::to_string(ref.replica) : "") +
+         " of job " + ref.job;
+}
+
+}  // namespace
+
+StageHost::StageHost(zmq::context_t& context, DataRouter& router, StageHostOptions options)
+    : context_(context), router_(router), options_(std::move(options)) {}
+
+StageHost::~StageHost() {
+  for (auto& entry : workers_) entry.second->abort();
+  workers_.clear();
+}
+
+StageWorker& StageHost::find(const protocol::StageRef& ref, const std::string& caller) {
+  auto it = workers_.find({ref.job, ref.stage, ref.replica});
+  if (it == workers_.end()) throw Error(describe(ref) + " is not hosted here");
+  if (it->second->assignment().coordinatorKey != caller) {
+    throw Refusal(describe(ref) + " takes requests only from its job's coordinator");
+  }
+  return *it->second;
+}
+
+protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const std::string& caller) {
+  StageAssignment a;
+  a.jobId = request.job;
+  a.attempt = request.attempt;
+  a.replica = request.replica;
+  a.jobKey = jobKey(a.jobId, a.attempt, a.replica);
+  a.resumeStep = request.resumeStep;
+  a.stage = request.stage;
+  a.spec = protocol::parseJobSpec(request.spec);
+  a.privateAddress = options_.privateAddress;
+  a.coordinator = request.coordinator;
+  a.coordinatorKey = caller;
+  a.self = options_.self;
+  a.prepareTimeoutS = options_.prepareTimeoutS;
+  if (a.stage >= static_cast<int>(a.spec.stages.size()) || a.replica >= protocol::replicaCount(a.spec)) {
+    throw Error(describe(request) + " is not in the job's spec");
+  }
+  a.device = protocol::placementOf(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)).device;
+  checkDevice(a.device, describe(request));  // a device that is not here: an error naming it
+  if (protocol::replicaCount(a.spec) > 1 && a.privateAddress.empty()) {
+    throw Error(describe(request) + " is replicated, but this daemon's config has no private_address for c10d's "
+                "Gloo connections (they have no authentication: give the cluster's private IP)");
+  }
+  const auto key = std::make_tuple(a.jobId, a.stage, a.replica);
+  if (auto it = workers_.find(key); it != workers_.end()) {
+    // A restarted attempt (or a restarted coordinator) replaces an earlier one of its own.
+    const auto& old = it->second->assignment();
+    if (old.coordinatorKey != caller || old.attempt >= a.attempt) {
+      throw Error(describe(request) + " attempt " + std::to_string(old.attempt) + " is already here");
+    }
+    it->second->abort();
+    retired_.push_back(std::move(it->second));
+    workers_.erase(it);
+  }
+  // Bounded input: data under the data roots, memory within the budget, before anything
+  // is allocated.
+  resolveDataFiles(a.spec, a.stage, options_.dataRoots);
+  const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage);
+  checkMemory(memory, a.stage, options_.memoryBudgetBytes);
+  a.memoryBudgetBytes = options_.memoryBudgetBytes - memory.fixedBytes();
+  // Copies after the first keep their checkpoints and final weights apart (two may share a
+  // daemon); the job's export reads replica 0's.
+  a.jobDir = options_.stateDir + "/jobs/" + a.jobId + (a.replica > 0 ? "/replica-" + std::to_string(a.replica) : "");
+  makeDirectories(a.jobDir);
+  recordStageOwner(a.jobDir, a.stage, caller, request.owner);
+  auto mailbox = router_.open(a.jobKey, static_cast<uint16_t>(a.stage));
+  const auto& part = a.spec.stages[a.stage];
+  const std::string what = part.lastLayer > 0 ? "layers [" + std::to_string(part.firstLayer) + ", " +
+                                                    std::to_string(part.lastLayer) + ")"
+                                              : a.spec.model.kind + " stage";
+  spdlog::info("job {} {}: prepared ({} on {}), estimated {}", a.jobId, protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)),
+               what, a.device, memory.describe());
+  workers_[key] = std::make_unique<StageWorker>(context_, std::move(a), std::move(mailbox));
+  return {{"ok", true}, {"data_endpoint", options_.dataEndpoint}};
+}
+
+protocol::Json StageHost::start(const protocol::StageStart& request, const std::string& caller) {
+  StageWorker& worker = find(request, caller);
+  const auto& a = worker.assignment();
+  const int stages = static_cast<int>(a.spec.stages.size());
+  const bool first = a.stage == 0, last = a.stage + 1 == stages;
+  bool matches = first == request.previous.empty() && last == request.next.empty() && request.producers.empty();
+  std::vector<std::string> previousKeys{request.previousKey};
+  if (protocol::isFanIn(a.spec)) {  // producers: only a next stage; the consumer: every producer
+    matches = request.previous.empty() && last == request.next.empty() &&
+              request.producers.size() == (last ? static_cast<size_t>(stages - 1) : 0);
+    previousKeys.clear();
+    for (const auto& p : request.producers) previousKeys.push_back(p.key);
+  }
+  if (!matches) {
+    throw Error("stage.start: the neighbours given do not match stage " + std::to_string(a.stage) + " of " +
+                std::to_string(stages));
+  }
+  router_.authorize(a.jobKey, static_cast<uint16_t>(a.stage), std::move(previousKeys), request.nextKey);
+  worker.start(request);
+  return {{"ok", true}};
+}
+
+protocol::Json StageHost::abort(const protocol::StageAbort& request, const std::string& caller) {
+  if (workers_.count({request.job, request.stage, request.replica})) find(request, caller).abort();
+  return {{"ok", true}};  // idempotent: an unknown stage is already gone
+}
+
+protocol::Json StageHost::plan(const protocol::StagePlan& request, const std::string& caller) {
+  RunPlan plan;
+  plan.microBatches = request.microBatches;
+  const auto kind = scheduler::parseScheduleKind(request.schedule);
+  if (!kind) throw Error("plan names an unknown schedule \"" + request.schedule + "\"");
+  plan.schedule = *kind;
+  plan.warmups = request.warmups;
+  // This stage's codecs among the links': forward on its link to the next, backward on its
+  // link to the previous. Checked here, so a bad name is the coordinator's error.
+  if (static_cast<size_t>(request.stage) < request.forwardCodecs.size()) plan.forwardCodec = request.forwardCodecs[request.stage];
+  if (request.stage > 0 && static_cast<size_t>(request.stage - 1) < request.backwardCodecs.size()) {
+    plan.backwardCodec = request.backwardCodecs[request.stage - 1];
+  }
+  for (const auto& codec : {plan.forwardCodec, plan.backwardCodec}) {
+    if (!codec.empty()) compression::builtinCodecs().make(codec);
+  }
+  find(request, caller).deliverPlan(plan);
+  return {{"ok", true}};
+}
+
+protocol::Json StageHost::heartbeat(const protocol::StageHeartbeat& request, const std::string& caller) {
+  find(request, caller).touch();
+  return {{"ok", true}};
+}
+
+protocol::Json StageHost::profile(const protocol::StageProfile& request, const std::string& caller) {
+  if (!find(request, caller).requestProfile(static_cast<int>(request.atStep))) {
+    throw Error("stage " + std::to_string(request.stage) + " has already begun step " + std::to_string(request.atStep));
+  }
+  return {{"ok", true}};
+}
+
+void StageHost::reap() {
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (!(*it)->finished()) {
+      ++it;
+      continue;
+    }
+    router_.close((*it)->assignment().jobKey, static_cast<uint16_t>((*it)->assignment().stage));
+    it = retired_.erase(it);
+  }
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const auto& spec = it->second->assignment().spec;
+    if (!it->second->finished() && it->second->secondsSinceHeartbeat() > spec.failure.lostAfterS()) {
+      const auto& a = it->second->assignment();
+      spdlog::warn("job {} {}: no heartbeat from the coordinator for {:.1f} s; aborting and freeing the stage", a.jobId,
+                   protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)),
+                   it->second->secondsSinceHeartbeat());
+      it->second->abort();
+      it->second->touch();  // warn once
+    }
+    if (!it->second->finished()) {
+      ++it;
+      continue;
+    }
+    const auto& a = it->second->assignment();
+    router_.close(a.jobKey, static_cast<uint16_t>(a.stage));
+    it = workers_.erase(it);  // joins the finished thread
+  }
+}
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,67 @@
+// StageHost: the stages this daemon hosts, whatever daemon coordinates their jobs.
+// Handles the stage.* requests on the control thread. A stage accepts them only from the
+// key that prepared it (its job's coordinator).
+#pragma once
+
+#include <zmq.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "daemon/net/data_router.h"
+#include "daemon/protocol/control.h"
+#include "daemon/protocol/messages.h"
+#include "daemon/stage/stage_worker.h"
+
+namespace skytrain::daemon {
+
+struct StageHostOptions {
+  std::string stateDir;
+  std::string dataEndpoint;         // as peers reach it
+  double memoryBudgetBytes = 0;     // per stage: weights, optimizer state, stash, data
+  std::vector<std::string> dataRoots;
+  double prepareTimeoutS = 60;      // a prepared stage not started by then is freed
+  protocol::KeyPair self;           // for the stage's own connections (empty when insecure)
+  std::string privateAddress;       // where a replicated stage's Gloo connections bind ("": none)
+};
+
+class StageHost {
+ public:
+  StageHost(zmq::context_t& context, DataRouter& router, StageHostOptions options);
+  ~StageHost();
+
+  // Each returns the reply; bad or unauthorised requests throw skytrain::Error (answered
+  // as errors). `caller` is the sender's public key.
+  protocol::Json prepare(const protocol::StagePrepare& request, const std::string& caller);
+  protocol::Json start(const protocol::StageStart& request, const std::string& caller);
+  protocol::Json abort(const protocol::StageAbort& request, const std::string& caller);
+  protocol::Json plan(const protocol::StagePlan& request, const std::string& caller);
+  protocol::Json profile(const protocol::StageProfile& request, const std::string& caller);
+  protocol::Json heartbeat(const protocol::StageHeartbeat& request, const std::string& caller);
+
+  // Aborts stages whose coordinator has been silent past their job's bound; joins finished
+  // workers and closes their mailboxes.
+  void reap();
+  size_t active() const { return workers_.size(); }
+
+ private:
+  // The worker of (job, stage, replica) if `caller` coordinates it; throws otherwise.
+  StageWorker& find(const protocol::StageRef& ref, const std::string& caller);
+
+  zmq::context_t& context_;
+  DataRouter& router_;
+  StageHostOptions options_;
+  std::map<std::tuple<std::string, int, int>, std::unique_ptr<StageWorker>> workers_;  // (job, stage, replica)
+  std::vector<std::unique_ptr<StageWorker>> retired_;  // earlier attempts, aborted, not yet joined
+};
+
+// A job id ("0123456789abcdef") as the 64-bit key in the frames of an attempt (attempts
+// after the first mix their number in, so frames of an aborted attempt are dropped; so do
+// replicas after the first, so each copy's pipeline has its own frames); throws
+// skytrain::Error if it is not 16 hex digits.
+uint64_t jobKey(const std::string& jobId, int attempt = 0, int replica = 0);
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,49 @@
+// StageState: a stage's checkpoint, at a step boundary — a copy of everything the run's
+// future depends on (parameters, AdamW state, codec and decoder state, the CPU RNG, the
+// plan, the update policy's pending gradients) — and its restoration, which checks every
+// tensor's name, shape and dtype and that the snapshot was made for this job's layers, seed
+// and codecs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "daemon/stage/checkpoint.h"
+#include "daemon/stage/run_plan.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace skytrain::stages {
+class Stage;
+}
+
+namespace skytrain::daemon {
+
+class CodecSet;
+class StageLinks;
+class UpdatePolicy;
+struct StageContext;
+
+class StageState {
+ public:
+  StageState(const StageContext& context, stages::Stage& model, torch::optim::Optimizer& optimizer, CodecSet& codecs,
+             StageLinks& links, UpdatePolicy& update);
+
+  StageSnapshot snapshot(const std::string& jobId, int64_t step, const RunPlan& plan) const;
+  // Restores `snapshot`; `applyPlan` installs its plan before the codecs' state is read (the
+  // plan makes the codecs "auto" chose). Throws skytrain::WireError naming what is wrong.
+  void restore(const StageSnapshot& snapshot, const std::function<void(const RunPlan&)>& applyPlan);
+
+ private:
+  const StageContext& context_;
+  stages::Stage& model_;
+  torch::optim::Optimizer& optimizer_;
+  CodecSet& codecs_;
+  StageLinks& links_;
+  UpdatePolicy& update_;
+};
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,39 @@
+#include "daemon/stage/sync_update.h"
+
+#include <torch/torch.h>
+
+#include "daemon/ops/timing.h"
+#include "daemon/stage/gradient_pipeline.h"
+#include "daemon/stage/stage_context.h"
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+
+void setLearningRate(torch::optim::Optimizer& optimizer, const StageContext& context, uint64_t step) {
+  const double lr = protocol::learningRate(context.spec.optimizer, static_cast<int64_t>(step), context.spec.steps);
+  for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+SyncUpdate::SyncUpdate(const StageContext& context, StepCounters& counters, stages::Stage& model,
+                       torch::optim::Optimizer& optimizer, GradientPipeline& gradients, Ops ops)
+    : context_(context),
+      counters_(counters),
+      model_(model),
+      optimizer_(optimizer),
+      gradients_(gradients),
+      ops_(std::move(ops)) {}
+
+bool SyncUpdate::runStep(uint64_t step, double& lossSum) {
+  ops_(step, lossSum);
+  const bool update = gradients_.finish(step, model_);
+  {
+    Timed timed(counters_.computeSeconds);
+    setLearningRate(optimizer_, context_, step);
+    if (update) optimizer_.step();
+    optimizer_.zero_grad();
+  }
+  SKYTRAIN_CHECK(model_.inFlight() == 0, "micro-batches left in flight after step " << step);
+  return update;
+}
+
+}  // namespace skytrain::daemon

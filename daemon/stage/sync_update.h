@@ -1,0 +1,41 @@
+// SyncUpdate: the synchronous update (update_policy.h). A step's ops, then its gradients
+// through the gradient pipeline, then one AdamW step at the step's learning rate.
+#pragma once
+
+#include <functional>
+
+#include "daemon/stage/update_policy.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace skytrain::daemon {
+
+class GradientPipeline;
+struct StageContext;
+struct StepCounters;
+
+class SyncUpdate : public UpdatePolicy {
+ public:
+  // `ops` runs a step's forwards and backwards on `model` (the topology's).
+  using Ops = std::function<void(uint64_t step, double& lossSum)>;
+  SyncUpdate(const StageContext& context, StepCounters& counters, stages::Stage& model,
+             torch::optim::Optimizer& optimizer, GradientPipeline& gradients, Ops ops);
+
+  bool runStep(uint64_t step, double& lossSum) override;
+  stages::Stage& active(uint64_t) override { return model_; }
+
+ private:
+  const StageContext& context_;
+  StepCounters& counters_;
+  stages::Stage& model_;
+  torch::optim::Optimizer& optimizer_;
+  GradientPipeline& gradients_;
+  Ops ops_;
+};
+
+// Sets every parameter group's learning rate to the schedule's value at `step`.
+void setLearningRate(torch::optim::Optimizer& optimizer, const StageContext& context, uint64_t step);
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# daemon_rooms: every #include of a room of daemon/ points down its arrows (docs: DESIGN's
+# Folders): coordinator/ and stage/ use net/, ops/ and protocol/, never each other; net/ uses
+# ops/ and protocol/; ops/ uses protocol/; protocol/ nothing else in daemon/. No room includes
+# the root (daemon/daemon.h). coordinator/, ops/ and protocol/ include neither Torch nor
+# stages/ (the models), so they build without it.
+#
+#   tests/daemon/rooms_test.sh [DAEMON_DIR]   (default: the daemon/ of this source tree)
+#
+# Prints each include that points the wrong way as "file:line: include (why)"; exits 1 if any.
+set -euo pipefail
+daemon=${1:-$(dirname "$0")/../../daemon}
+cd "$daemon/.."  # so that files print as daemon/<room>/<file>
+daemon=$(basename "$daemon")
+
+declare -A allowed=(
+  [coordinator]="coordinator net ops protocol"
+  [stage]="stage net ops protocol"
+  [net]="net ops protocol"
+  [ops]="ops protocol"
+  [protocol]="protocol"
+)
+torchless=" coordinator ops protocol "
+
+bad=0
+checked=0
+for room in coordinator stage net ops protocol; do
+  if [ ! -d "$daemon/$room" ]; then
+    echo "$daemon/$room: no such room"
+    bad=1
+    continue
+  fi
+  while IFS= read -r hit; do
+    [ -n "$hit" ] || continue
+    checked=$((checked + 1))
+    file=${hit%%:*}
+    rest=${hit#*:}
+    line=${rest%%:*}
+    include=${rest#*:}
+    why=""
+    if [[ $include =~ \"daemon/([^\"]*)\" ]]; then
+      path=${BASH_REMATCH[1]}
+      target=root
+      [[ $path == */* ]] && target=${path%%/*}
+      if [[ " ${allowed[$room]} " != *" $target "* ]]; then
+        why="$room/ may include only daemon/{${allowed[$room]// /,}}/"
+      fi
+    elif [[ $torchless == *" $room "* && $include =~ (\<(torch|ATen|c10)/|\"stages/) ]]; then
+      why="$room/ builds without Torch and the models"
+    fi
+    if [ -n "$why" ]; then
+      echo "$file:$line: $include ($why)"
+      bad=1
+    fi
+  done < <(grep -rnH --include='*.h' --include='*.cpp' -E '^[[:space:]]*#[[:space:]]*include' "$daemon/$room" || true)
+done
+
+if [ "$checked" -eq 0 ]; then
+  echo "no #include found under $PWD/$daemon: wrong directory?"
+  exit 1
+fi
+[ "$bad" -eq 0 ] && echo "ok: $checked includes in daemon/{coordinator,stage,net,ops,protocol} point down"
+exit "$bad"
