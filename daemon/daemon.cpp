@@ -344,7 +344,7 @@ Json Daemon::resume(const protocol::Resume& request, const Caller& caller) {
     throw Error("job " + request.job + " is " + toString(jobs_->state(request.job)) + ": only a failed or cancelled job resumes");
   }
   coordinate(request.job, /*resume=*/true);
-  return {{"ok", true}, {"job", request.job}, {"from_step", jobs_->lastCheckpoint(request.job) + 1}};
+  return {{"ok", true}, {"job", request.job}, {"from_step", jobs_->progress(request.job).lastCheckpoint + 1}};
 }
 
 Json Daemon::cancel(const protocol::Cancel& request, const Caller& caller) {

@@ -130,7 +130,7 @@ void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step
   table_.setPlan(jobId_, std::move(record), step, reason);
   spdlog::info("job {}: plan from step {} ({}): m={} {} predicted {:.4f} s/step", jobId_, step, reason,
                chosen.chosen.microBatches, scheduler::toString(chosen.chosen.schedule), chosen.chosen.stepSeconds);
-  if (table_.dryRun(jobId_)) return;
+  if (table_.progress(jobId_).dryRun) return;
   nlohmann::json message = {{"type", protocol::kStagePlan}, {"micro_batches", chosen.chosen.microBatches},
                              {"schedule", scheduler::toString(chosen.chosen.schedule)}, {"warmups", chosen.chosen.warmups}};
   if (!chosen.chosen.forwardCodecs.empty()) {  // the codecs the planner chose for "auto" directions, per link
@@ -156,9 +156,9 @@ bool Coordinator::requestProfiles(int64_t step) {
 
 void Coordinator::run() {
   try {
-    int attempt = resume_ ? table_.attempts(jobId_) + 1 : 0;
+    int attempt = resume_ ? table_.progress(jobId_).attempt + 1 : 0;
     while (true) {
-      const int64_t from = table_.lastCheckpoint(jobId_);
+      const int64_t from = table_.progress(jobId_).lastCheckpoint;
       if (attempt > 0) {
         table_.addEvent(jobId_, from >= 0 ? "attempt " + std::to_string(attempt) + ": resuming from the checkpoint of step " +
                                                 std::to_string(from + 1)
@@ -185,16 +185,17 @@ void Coordinator::run() {
         why += "; falling back to the previous checkpoint";
       }
       if (outcome == Outcome::Succeeded) {
-        if (table_.dryRun(jobId_)) abortStages();  // profiled and planned: nothing to train
+        if (table_.progress(jobId_).dryRun) abortStages();  // profiled and planned: nothing to train
         table_.transition(jobId_, JobState::Succeeded);
         break;
       }
       abortStages();
       if (outcome != Outcome::Retry) break;
       table_.addEvent(jobId_, why);
-      if (table_.dryRun(jobId_)) throw Error(why);
-      if (table_.restarts(jobId_) >= spec_.failure.maxRestarts) {
-        throw Error("gave up after " + std::to_string(table_.restarts(jobId_)) + " restarts (failure.max_restarts); last: " + why);
+      if (table_.progress(jobId_).dryRun) throw Error(why);
+      if (table_.progress(jobId_).restarts >= spec_.failure.maxRestarts) {
+        throw Error("gave up after " + std::to_string(table_.progress(jobId_).restarts) +
+                    " restarts (failure.max_restarts); last: " + why);
       }
       table_.countRestart(jobId_);
       if (!waitForStages()) {
@@ -240,10 +241,10 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
     // A stage that failed while building (a bad model) reports why, and is gone by the time
     // it is started: its report, not the refused start, is the reason.
     const auto until = std::chrono::steady_clock::now() + kStageReportGrace;
-    while (!table_.stageFailure(jobId_) && std::chrono::steady_clock::now() < until) {
+    while (!table_.progress(jobId_).stageFailure && std::chrono::steady_clock::now() < until) {
       table_.waitForChange(jobId_, std::chrono::milliseconds(50));
     }
-    if (auto failure = table_.stageFailure(jobId_)) {
+    if (auto failure = table_.progress(jobId_).stageFailure) {
       why = *failure;
       if (why.find(protocol::kBadCheckpoint) != std::string::npos) return Outcome::Retry;  // falls back a checkpoint
       throw Error(why);  // building the stage failed, and would fail again
@@ -276,21 +277,21 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
     const JobState state = table_.state(jobId_);
     if (state == JobState::Cancelled) return Outcome::Cancelled;
     if (isTerminal(state)) return Outcome::Stopped;
-    if (table_.allStagesDone(jobId_)) return Outcome::Succeeded;
+    if (table_.progress(jobId_).allStagesDone) return Outcome::Succeeded;
     if (stopping_) return Outcome::Stopped;  // this daemon shuts down: the job stays unfinished, to resume
-    if (auto failure = table_.stageFailure(jobId_)) {
+    if (auto failure = table_.progress(jobId_).stageFailure) {
       why = *failure;
       return Outcome::Retry;
     }
-    for (int s : table_.doneStages(jobId_)) heartbeats.finished(s);
+    for (int s : table_.progress(jobId_).stagesDone) heartbeats.finished(s);
     if (auto lost = heartbeats.lost()) {
       // A stage that is done may be freed before its report is read here (a fan-in's
       // producers finish first): give its report a moment before calling it lost.
       const auto until = std::chrono::steady_clock::now() + kStageReportGrace;
-      while (!table_.doneStages(jobId_).count(lost->stage) && std::chrono::steady_clock::now() < until) {
+      while (!table_.progress(jobId_).stagesDone.count(lost->stage) && std::chrono::steady_clock::now() < until) {
         table_.waitForChange(jobId_, std::chrono::milliseconds(50));
       }
-      if (table_.doneStages(jobId_).count(lost->stage)) continue;
+      if (table_.progress(jobId_).stagesDone.count(lost->stage)) continue;
       why = lost->why;
       return Outcome::Retry;
     }
@@ -298,7 +299,7 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       const auto profiles = table_.takeProfiles(jobId_, profileStep);
       if (!profiles) continue;
       plan(*profiles, profileStep, reason);
-      if (table_.dryRun(jobId_)) return Outcome::Succeeded;
+      if (table_.progress(jobId_).dryRun) return Outcome::Succeeded;
       awaitingProfiles = false;
       monitor.reset();
       continue;

@@ -1,9 +1,6 @@
-// JobTable (job_table.h): every job's figures as /metrics shows them — the last complete
-// step's, the plan in force and what each stage sent so far.
-#include <cmath>
+#include "daemon/coordinator/job_metrics.h"
 
-#include "daemon/coordinator/job_table.h"
-#include "daemon/ops/timing.h"
+#include <cmath>
 
 namespace skytrain::daemon {
 namespace {
@@ -17,41 +14,34 @@ std::optional<double> number(const Json& object, const char* key) {
 
 }  // namespace
 
-std::vector<JobMetrics> JobTable::metrics() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const double now = wallSeconds();
-  std::vector<JobMetrics> out;
-  out.reserve(records_.size());
-  for (const auto& [id, r] : records_) {
-    JobMetrics m;
-    m.id = id;
-    m.name = r.spec.name;
-    m.state = r.state;
-    m.restarts = r.restarts;
-    m.stages = r.totals;
-    m.stages.resize(r.spec.stages.size());
-    if (!r.steps.empty()) {
-      const Json& last = r.steps.back();
-      m.step = last.value("step", int64_t{0});
-      m.trainLoss = number(last, "loss");
-      m.tokensPerSecond = number(last, "tokens_per_s");
-      m.stepSeconds = number(last, "step_s");
-      if (m.stepSeconds && *m.stepSeconds > 0) m.bubble = stepBubble(last);
-    }
-    if (!r.evals.empty()) m.validationLoss = number(r.evals.back(), "loss");
-    if (!r.plans.empty()) {
-      const Json& plan = r.plans.back();
-      m.predictedStepSeconds = number(plan, "step_s");
-      m.predictedBubble = number(plan, "bubble");
-      for (const auto& link : plan.value("links", Json::array())) {
-        const auto bandwidth = number(link, "bandwidth_bytes_per_s"), delay = number(link, "delay_s");
-        if (bandwidth && delay) m.links.emplace_back(*bandwidth, 2 * *delay);
-      }
-    }
-    if (!r.checkpoints.empty() && r.checkpointAt > 0) m.checkpointAgeSeconds = now - r.checkpointAt;
-    out.push_back(std::move(m));
+JobMetrics jobMetrics(const JobRecord& r, double now) {
+  JobMetrics m;
+  m.id = r.id;
+  m.name = r.spec.name;
+  m.state = r.state;
+  m.restarts = r.restarts;
+  m.stages = r.totals;
+  m.stages.resize(r.spec.stages.size());
+  if (!r.steps.empty()) {
+    const Json& last = r.steps.back();
+    m.step = last.value("step", int64_t{0});
+    m.trainLoss = number(last, "loss");
+    m.tokensPerSecond = number(last, "tokens_per_s");
+    m.stepSeconds = number(last, "step_s");
+    if (m.stepSeconds && *m.stepSeconds > 0) m.bubble = stepBubble(last);
   }
-  return out;
+  if (!r.evals.empty()) m.validationLoss = number(r.evals.back(), "loss");
+  if (!r.plans.empty()) {
+    const Json& plan = r.plans.back();
+    m.predictedStepSeconds = number(plan, "step_s");
+    m.predictedBubble = number(plan, "bubble");
+    for (const auto& link : plan.value("links", Json::array())) {
+      const auto bandwidth = number(link, "bandwidth_bytes_per_s"), delay = number(link, "delay_s");
+      if (bandwidth && delay) m.links.emplace_back(*bandwidth, 2 * *delay);
+    }
+  }
+  if (!r.checkpoints.empty() && r.checkpointAt > 0) m.checkpointAgeSeconds = now - r.checkpointAt;
+  return m;
 }
 
 }  // namespace skytrain::daemon

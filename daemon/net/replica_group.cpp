@@ -20,7 +20,7 @@ namespace {
 
 constexpr std::chrono::milliseconds kStoreRequestTimeout{10000};
 
-// A c10d::Store whose keys live at the job's coordinator (JobTable's rendezvous store),
+// A c10d::Store whose keys live at the job's coordinator (its RendezvousStore),
 // reached over this stage's authenticated control connection. wait() polls check().
 class ControlStore : public c10d::Store {
  public:

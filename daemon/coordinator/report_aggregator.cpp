@@ -1,9 +1,7 @@
-// JobTable (job_table.h): the stages' reports of a job's attempt — step rows completed once
-// every stage and replica has reported the step, evals, profiles, confirmed checkpoints, failures.
+#include "daemon/coordinator/report_aggregator.h"
+
 #include <algorithm>
 
-#include "daemon/coordinator/job_table.h"
-#include "daemon/ops/files.h"
 #include "daemon/ops/timing.h"
 #include "scheduler/error.h"
 
@@ -24,22 +22,21 @@ void addTo(std::vector<StageTotals>& totals, int stage, const Json& report) {
 
 }  // namespace
 
-void JobTable::applyReport(const protocol::StageReport& report) {
+bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) const {
   using protocol::ReportKind;
-  std::lock_guard<std::mutex> lock(mutex_);
-  Record& r = find(report.job);
-  if (report.attempt != r.attempt) return;  // a late report of an aborted attempt
+  if (report.attempt != r.attempt) return false;  // a late report of an aborted attempt
   if (report.stage >= static_cast<int>(r.spec.stages.size()) || report.replica >= protocol::replicaCount(r.spec)) {
     throw WireError("report for job " + r.id + " names stage " + std::to_string(report.stage) + " replica " +
                     std::to_string(report.replica) + ", which does not exist");
   }
   const int stage = protocol::slotOf(r.spec, report.stage, report.replica);  // a slot: stage i replica 0 is i
+  AttemptReports& reports = r.reports;
   switch (report.kind) {
     case ReportKind::Step:
       if (report.step < static_cast<int64_t>(r.steps.size()) || report.step >= r.spec.steps) {
         throw WireError("report for job " + r.id + " step " + std::to_string(report.step) + " is out of order");
       }
-      r.pending[report.step][stage] = protocol::toJson(report);
+      reports.pending[report.step][stage] = protocol::toJson(report);
       completeSteps(r);
       break;
     case ReportKind::Eval:
@@ -47,40 +44,43 @@ void JobTable::applyReport(const protocol::StageReport& report) {
       r.evals.push_back({{"step", report.step}, {"loss", *report.loss}, {"time", wallSeconds()}});
       if (report.accuracy) r.evals.back()["accuracy"] = *report.accuracy;
       if (report.bleu) r.evals.back()["bleu"] = *report.bleu;
-      persist(r);
+      files_.save(r);
       break;
-    case ReportKind::Profile: r.profiles[report.step][stage] = report.profile; break;
-    case ReportKind::Done: r.stagesDone.insert(stage); break;
+    case ReportKind::Profile: reports.profiles[report.step][stage] = report.profile; break;
+    case ReportKind::Done: reports.stagesDone.insert(stage); break;
     case ReportKind::Failed:
       // A stage that names the culprit beats one that only saw its effect.
-      if (!r.stageFailure || r.stageFailure->find("in another stage") != std::string::npos) {
-        r.stageFailure = protocol::describeSlot(r.spec, stage) + " (" + protocol::placementOf(r.spec, stage).daemon + "): " +
-                         (report.error.empty() ? "failed" : report.error);
+      if (!reports.stageFailure || reports.stageFailure->find("in another stage") != std::string::npos) {
+        const std::string& daemon = protocol::placementOf(r.spec, stage).daemon;
+        reports.stageFailure = protocol::describeSlot(r.spec, stage) + " (" + daemon + "): " +
+                               (report.error.empty() ? "failed" : report.error);
       }
       break;
-    case ReportKind::Checkpoint: {
-      auto& confirmed = r.confirmations[report.step];
-      confirmed.insert(stage);
-      if (static_cast<int>(confirmed.size()) == protocol::slotCount(r.spec)) {
-        r.confirmations.erase(report.step);
-        if (r.checkpoints.empty() || r.checkpoints.back() < report.step) r.checkpoints.push_back(report.step);
-        r.checkpointAt = wallSeconds();
-        while (static_cast<int>(r.checkpoints.size()) > r.spec.checkpoint.keep) r.checkpoints.erase(r.checkpoints.begin());
-        persist(r);
-      }
-      break;
-    }
+    case ReportKind::Checkpoint: confirmCheckpoint(r, report.step, stage); break;
   }
-  changed(r);
+  return true;
+}
+
+// A checkpoint counts once every slot has written it; the spec's keep newest are kept.
+void ReportAggregator::confirmCheckpoint(JobRecord& r, int64_t step, int slot) const {
+  auto& confirmed = r.reports.confirmations[step];
+  confirmed.insert(slot);
+  if (static_cast<int>(confirmed.size()) != protocol::slotCount(r.spec)) return;
+  r.reports.confirmations.erase(step);
+  if (r.checkpoints.empty() || r.checkpoints.back() < step) r.checkpoints.push_back(step);
+  r.checkpointAt = wallSeconds();
+  while (static_cast<int>(r.checkpoints.size()) > r.spec.checkpoint.keep) r.checkpoints.erase(r.checkpoints.begin());
+  files_.save(r);
 }
 
 // A step row is complete once every stage has reported it; rows complete in step order.
-void JobTable::completeSteps(Record& r) {
+void ReportAggregator::completeSteps(JobRecord& r) const {
+  auto& pending = r.reports.pending;
   const size_t stages = r.spec.stages.size();
   const size_t slots = static_cast<size_t>(protocol::slotCount(r.spec));
-  while (!r.pending.empty() && r.pending.begin()->second.size() == slots &&
-         r.pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
-    const auto& reports = r.pending.begin()->second;
+  while (!pending.empty() && pending.begin()->second.size() == slots &&
+         pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
+    const auto& reports = pending.begin()->second;
     double stepSeconds = 0, bytes = 0, raw = 0, checkpoint = 0;
     bool skipped = false;
     int lead = -1;
@@ -106,7 +106,7 @@ void JobTable::completeSteps(Record& r) {
     // A fan-in's step trains every producer's batch.
     const double batches = protocol::isFanIn(r.spec) ? static_cast<double>(stages - 1) : 1.0;
     const double tokens = batches * r.spec.batchSize * r.spec.model.seqLen;
-    Json row = {{"step", r.pending.begin()->first},
+    Json row = {{"step", pending.begin()->first},
                 {"loss", loss},
                 {"step_s", stepSeconds},
                 {"tokens_per_s", stepSeconds > 0 ? tokens / stepSeconds : 0.0},
@@ -122,9 +122,9 @@ void JobTable::completeSteps(Record& r) {
       row["stage_losses"] = losses;  // each generator's masked-token loss, then the discriminator's
       row["lead"] = lead;            // how far the furthest producer ran ahead of the consumer
     }
-    appendLine(jobDir(r.id) + "/metrics.jsonl", row.dump(-1, ' ', false, Json::error_handler_t::replace));
+    files_.appendStep(r.id, row);
     r.steps.push_back(std::move(row));
-    r.pending.erase(r.pending.begin());
+    pending.erase(pending.begin());
   }
 }
 

@@ -1,0 +1,30 @@
+// JobMetrics: a job's figures as /metrics shows them (coordinator/job_collector.h) — the
+// last complete step's, the plan in force's and what each stage sent so far.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/coordinator/job_record.h"
+
+namespace skytrain::daemon {
+
+// Unset: not measured yet.
+struct JobMetrics {
+  std::string id, name;
+  JobState state = JobState::Preparing;
+  int restarts = 0;
+  std::optional<int64_t> step;  // the last complete step
+  std::optional<double> trainLoss, validationLoss, tokensPerSecond, stepSeconds, predictedStepSeconds;
+  std::optional<double> bubble, predictedBubble, checkpointAgeSeconds;
+  std::vector<StageTotals> stages;
+  std::vector<std::pair<double, double>> links;  // the plan's: bandwidth (bytes/s), round trip (s)
+};
+
+// The record's figures at wall-clock time `now` (for the checkpoint's age).
+JobMetrics jobMetrics(const JobRecord& r, double now);
+
+}  // namespace skytrain::daemon

@@ -1,0 +1,163 @@
+#include "daemon/coordinator/job_record.h"
+
+#include <algorithm>
+
+#include "scheduler/error.h"
+
+namespace skytrain::daemon {
+
+std::string toString(JobState state) {
+  switch (state) {
+    case JobState::Preparing: return "preparing";
+    case JobState::Running: return "running";
+    case JobState::Succeeded: return "succeeded";
+    case JobState::Failed: return "failed";
+    case JobState::Cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+std::optional<JobState> parseJobState(const std::string& text) {
+  for (auto state : kJobStates) {
+    if (toString(state) == text) return state;
+  }
+  return std::nullopt;
+}
+
+bool isTerminal(JobState state) {
+  return state == JobState::Succeeded || state == JobState::Failed || state == JobState::Cancelled;
+}
+
+double stepBubble(const Json& row) {
+  const double seconds = row.value("step_s", 0.0);
+  const Json& perStage = row.value("compute_s", Json::array());
+  if (!(seconds > 0) || !perStage.is_array() || perStage.empty()) return 0;
+  double compute = 0;
+  for (const auto& c : perStage) compute += c.is_number() ? c.get<double>() : 0.0;
+  return 1.0 - compute / (static_cast<double>(perStage.size()) * seconds);
+}
+
+JobRecord JobRecord::fromDocument(const Json& doc) {
+  JobRecord r;
+  r.id = doc.at("id").get<std::string>();
+  r.specText = doc.at("spec").get<std::string>();
+  r.spec = protocol::parseJobSpec(r.specText);
+  r.state = parseJobState(doc.at("state").get<std::string>()).value_or(JobState::Failed);
+  r.error = doc.value("error", "");
+  r.createdAt = doc.value("created_at", 0.0);
+  r.finishedAt = doc.value("finished_at", 0.0);
+  r.evals = doc.value("evals", std::vector<Json>{});
+  r.plans = doc.value("plans", std::vector<Json>{});
+  r.dryRun = doc.value("dry_run", false);
+  r.ownerKey = doc.value("owner_key", "");
+  r.ownerName = doc.value("owner", "");
+  r.stageKeys = doc.value("stage_keys", std::vector<std::string>(protocol::slotCount(r.spec)));
+  r.attempt = doc.value("attempt", 0);
+  r.restarts = doc.value("restarts", 0);
+  r.checkpoints = doc.value("checkpoints", std::vector<int64_t>{});
+  r.events = doc.value("events", std::vector<Json>{});
+  if (static_cast<int>(r.stageKeys.size()) != protocol::slotCount(r.spec)) {
+    throw Error("stage_keys does not match the spec's stages and replicas");
+  }
+  return r;
+}
+
+Json JobRecord::document() const {
+  Json doc = header();
+  doc["spec"] = specText;
+  doc["owner_key"] = ownerKey;
+  doc["events"] = events;
+  doc["stage_keys"] = stageKeys;
+  doc["evals"] = evals;
+  doc["plans"] = plans;
+  doc["summary"] = summary();
+  return doc;
+}
+
+Json JobRecord::header() const {
+  return {{"id", id},
+          {"name", spec.name},
+          {"owner", ownerName},
+          {"state", toString(state)},
+          {"error", error},
+          {"steps_total", spec.steps},
+          {"steps_done", steps.size()},
+          {"stages", spec.stages.size()},
+          {"micro_batches", plans.empty() ? Json(spec.microBatches) : plans.back()["micro_batches"]},
+          {"schedule", plans.empty() ? Json(spec.schedule) : plans.back()["schedule"]},
+          {"dry_run", dryRun},
+          {"attempt", attempt},
+          {"restarts", restarts},
+          {"checkpoints", checkpoints},
+          {"created_at", createdAt},
+          {"finished_at", finishedAt}};
+}
+
+Json JobRecord::status(size_t sinceStep) const {
+  Json job = header();
+  job["steps"] = Json::array();
+  for (size_t i = sinceStep; i < steps.size(); ++i) job["steps"].push_back(steps[i]);
+  job["evals"] = evals;
+  job["summary"] = summary();
+  job["plans"] = plans;
+  job["events"] = events;
+  // Where each stage's weights are, for `skytrain export` (the keys are those this daemon
+  // trusts for them).
+  job["stage_daemons"] = Json::array();
+  for (size_t i = 0; i < spec.stages.size(); ++i) {
+    job["stage_daemons"].push_back({{"endpoint", spec.stages[i].daemon},
+                                    {"key", i < stageKeys.size() ? stageKeys[i] : std::string()}});
+  }
+  return job;
+}
+
+Json JobRecord::summary() const {
+  Json s = Json::object();
+  if (steps.empty()) return s;
+  double seconds = 0, bytes = 0, raw = 0;
+  for (const auto& step : steps) {
+    seconds += step["step_s"].get<double>();
+    bytes += step["bytes_sent"].get<double>();
+    raw += step.value("bytes_raw", 0.0);
+  }
+  const double tokensPerStep = static_cast<double>(spec.batchSize) * spec.model.seqLen;
+  // Single-step losses are noisy; the summary's final loss is the mean of the last ten.
+  const size_t tail = std::min<size_t>(10, steps.size());
+  double lastLosses = 0;
+  for (size_t i = steps.size() - tail; i < steps.size(); ++i) lastLosses += steps[i]["loss"].get<double>();
+  s["final_loss"] = lastLosses / tail;
+  s["final_loss_steps"] = tail;
+  s["first_loss"] = steps.front()["loss"];
+  s["tokens_per_s"] = tokensPerStep * steps.size() / seconds;
+  s["bytes_sent_total"] = bytes;
+  s["bytes_sent_per_step"] = bytes / steps.size();
+  s["bytes_raw_per_step"] = raw / steps.size();
+  s["train_seconds"] = seconds;
+  if (!evals.empty()) s["validation_loss"] = evals.back()["loss"];
+  if (!evals.empty() && evals.back().contains("accuracy")) s["validation_accuracy"] = evals.back()["accuracy"];
+  if (!evals.empty() && evals.back().contains("bleu")) s["validation_bleu"] = evals.back()["bleu"];
+  // Predicted vs measured under the plan in force: the first step after a plan is skipped
+  // (it pays for allocating new buffer sizes).
+  if (!plans.empty()) {
+    const Json& plan = plans.back();
+    const int64_t from = plan["from_step"].get<int64_t>() + 1;
+    double measured = 0, idle = 0;
+    int counted = 0;
+    for (const auto& step : steps) {
+      if (step["step"].get<int64_t>() < from) continue;
+      measured += step["step_s"].get<double>();
+      idle += stepBubble(step);
+      ++counted;
+    }
+    s["predicted_step_s"] = plan["step_s"];
+    s["predicted_bubble"] = plan["bubble"];
+    if (counted > 0) {
+      s["measured_step_s"] = measured / counted;
+      s["measured_bubble"] = idle / counted;
+      s["measured_steps"] = counted;
+    }
+  }
+  return s;
+}
+
+}  // namespace skytrain::daemon
