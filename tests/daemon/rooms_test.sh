@@ -3,7 +3,8 @@
 # Folders): coordinator/ and stage/ use net/, ops/ and protocol/, never each other; net/ uses
 # ops/ and protocol/; ops/ uses protocol/; protocol/ nothing else in daemon/. No room includes
 # the root (daemon/daemon.h). coordinator/, ops/ and protocol/ include neither Torch nor
-# stages/ (the models), so they build without it.
+# stages/ (the models), so they build without it. No room but protocol/ (the spec parser)
+# names a model kind.
 #
 #   tests/daemon/rooms_test.sh [DAEMON_DIR]   (default: the daemon/ of this source tree)
 #
@@ -54,6 +55,16 @@ for room in coordinator stage net ops protocol; do
     fi
   done < <(grep -rnH --include='*.h' --include='*.cpp' -E '^[[:space:]]*#[[:space:]]*include' "$daemon/$room" || true)
 done
+
+# The runner knows no model: what a model kind needs at run time comes through the model
+# source and its objective (stages/objective.h). Only the spec parser, at the edge, names kinds.
+kinds='"(gpt|gpt2|llama|encoder|classifier|electra|translation|torchscript)"'
+while IFS= read -r hit; do
+  [ -n "$hit" ] || continue
+  echo "$hit (a model kind named outside daemon/protocol/: ask the model source instead)"
+  bad=1
+done < <(grep -rnHE --include='*.h' --include='*.cpp' "$kinds|stages/(electra|translation)\.h|maskTokens|replaceTokens" \
+           "$daemon/coordinator" "$daemon/stage" "$daemon/net" "$daemon/ops" "$daemon"/*.cpp "$daemon"/*.h || true)
 
 if [ "$checked" -eq 0 ]; then
   echo "no #include found under $PWD/$daemon: wrong directory?"
