@@ -12,6 +12,7 @@
 #include "client/format.h"
 #include "client/job_printer.h"
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/printable.h"
 #include "scheduler/error.h"
 
 namespace skytrain::client {
@@ -181,7 +182,7 @@ int plan(const ClientOptions& options, const std::string& specPath) {
         return 0;
       }
       if (state == "succeeded" || state == "failed" || state == "cancelled") {
-        std::cerr << "error: no plan: " << status["error"].get<std::string>() << "\n";
+        std::cerr << "error: no plan: " << protocol::printable(status["error"].get<std::string>()) << "\n";
         return kFailed;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -199,7 +200,7 @@ int status(const ClientOptions& options, const std::string& job, bool json) {
       std::cout << status.dump(2) << "\n";
       return 0;
     }
-    std::cout << "job " << status["id"].get<std::string>() << " \"" << status["name"].get<std::string>() << "\": "
+    std::cout << "job " << status["id"].get<std::string>() << " \"" << protocol::printable(status["name"].get<std::string>()) << "\": "
               << status["state"].get<std::string>() << ", step " << status["steps_done"] << "/"
               << status["steps_total"] << ", " << status["stages"] << " stages, " << status["schedule"].get<std::string>()
               << " m=" << status["micro_batches"] << "\n";
@@ -225,7 +226,7 @@ int list(const ClientOptions& options) {
     for (const auto& job : reply["jobs"]) {
       const std::string step = std::to_string(job["steps_done"].get<int>()) + "/" + std::to_string(job["steps_total"].get<int>());
       std::printf("%-16s  %-10s  %-9s  %s\n", job["id"].get<std::string>().c_str(),
-                  job["state"].get<std::string>().c_str(), step.c_str(), job["name"].get<std::string>().c_str());
+                  job["state"].get<std::string>().c_str(), step.c_str(), protocol::printable(job["name"].get<std::string>()).c_str());
     }
     return 0;
   });

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "daemon/protocol/printable.h"
+
 namespace skytrain::client {
 
 std::string formatBytes(double bytes) {
@@ -110,7 +112,7 @@ std::string formatPlan(const nlohmann::json& plan) {
 std::string formatSummary(const nlohmann::json& job) {
   const auto& s = job["summary"];
   std::string out = "job " + job["id"].get<std::string>() + " " + job["state"].get<std::string>();
-  if (!job["error"].get<std::string>().empty()) out += ": " + job["error"].get<std::string>();
+  if (!job["error"].get<std::string>().empty()) out += ": " + protocol::printable(job["error"].get<std::string>());
   out += "\n";
   if (s.empty()) return out;
   char text[512];
@@ -142,7 +144,7 @@ std::string formatEvent(const nlohmann::json& event) {
   char clock[32];
   std::strftime(clock, sizeof clock, "%H:%M:%S UTC", &utc);
   return "event at step " + event.value("step", nlohmann::json(0)).dump() + " (" + clock + "): " +
-         event.value("message", std::string());
+         protocol::printable(event.value("message", std::string()));
 }
 
 }  // namespace skytrain::client

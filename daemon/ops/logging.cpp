@@ -1,5 +1,7 @@
 #include "daemon/ops/logging.h"
 
+#include "daemon/protocol/printable.h"
+
 #include <nlohmann/json.hpp>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/spdlog.h>
@@ -37,6 +39,20 @@ class PriorityFlag : public spdlog::custom_flag_formatter {
     appendPrefix(dest, msg.level);
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PriorityFlag>(); }
+};
+
+// The message of a text line, every byte that could forge a line or drive the terminal
+// escaped (protocol/printable.h): messages carry job names and peers' errors.
+class PrintableMessageFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    const std::string text = protocol::printable(std::string_view(msg.payload.data(), msg.payload.size()), kMaxLoggedBytes);
+    dest.append(text.data(), text.data() + text.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PrintableMessageFlag>(); }
+
+ private:
+  static constexpr size_t kMaxLoggedBytes = 16384;
 };
 
 class JsonFormatter : public spdlog::formatter {
@@ -89,7 +105,8 @@ std::unique_ptr<spdlog::formatter> makeJsonFormatter(bool priorityPrefix) {
 std::unique_ptr<spdlog::formatter> makeTextFormatter(bool priorityPrefix) {
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
   formatter->add_flag<PriorityFlag>('*');
-  formatter->set_pattern(priorityPrefix ? "%*[%l] %v" : "[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  formatter->add_flag<PrintableMessageFlag>('&');
+  formatter->set_pattern(priorityPrefix ? "%*[%l] %&" : "[%Y-%m-%d %H:%M:%S.%e] [%l] %&");
   return formatter;
 }
 

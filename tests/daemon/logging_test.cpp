@@ -39,3 +39,16 @@ TEST_CASE("under the journal a line starts with its syslog priority") {
   CHECK(plain.front() == '[');
   CHECK(plain.find("] [info] hello\n") != std::string::npos);
 }
+
+TEST_CASE("a text log line is one line: a job name cannot forge another or drive the terminal") {
+  const std::string hostile = "job 1 (\"x\n[2026-11-25 10:00:00.000] [info] forged \x1b[2J\xe2\x80\xae\"): submitted";
+  for (const bool journal : {false, true}) {
+    const std::string line = formatted(*makeTextFormatter(journal), spdlog::level::info, hostile);
+    CHECK(line.find('\n') == line.size() - 1);
+    CHECK(line.find('\x1b') == std::string::npos);
+    CHECK(line.find("\xe2\x80\xae") == std::string::npos);
+    CHECK(line.find("x\\x0a[2026-11-25") != std::string::npos);
+    CHECK(line.find("\\u{202e}") != std::string::npos);
+  }
+}
+
