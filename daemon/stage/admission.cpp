@@ -72,6 +72,12 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
   for (size_t i = 0; i < spec.model.initFrom.size(); ++i) {
     spec.model.initFrom[i] = resolve(spec.model.initFrom[i], "$.model.init_from[" + std::to_string(i) + "]", roots);
   }
+  // The stage's own init_from files: held to the same roots (a checkpoint of another job in
+  // the state dir, or any file on the host, is not this job's to read).
+  auto& ownInit = spec.stages.at(stage).initFrom;
+  for (size_t i = 0; i < ownInit.size(); ++i) {
+    ownInit[i] = resolve(ownInit[i], "$.stages[" + std::to_string(stage) + "].init_from[" + std::to_string(i) + "]", roots);
+  }
   if (!readsData(spec, stage)) return;
   auto& own = spec.stages[stage].dataFiles;
   auto& files = own.empty() ? spec.data.files : own;
@@ -94,9 +100,11 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
   m.stashSamples = spec.microBatches > 0 ? spec.batchSize / spec.microBatches : 1;
   m.stashBytes = source->stashBytesPerSample(stage) * m.stashSamples;
   std::error_code ec;
-  for (const auto& file : spec.model.initFrom) {
-    const auto size = std::filesystem::file_size(file, ec);
-    if (!ec) m.dataBytes += static_cast<double>(size);  // read whole, once
+  for (const auto* files : {&spec.model.initFrom, &spec.stages.at(stage).initFrom}) {
+    for (const auto& file : *files) {
+      const auto size = std::filesystem::file_size(file, ec);
+      if (!ec) m.dataBytes += static_cast<double>(size);  // read whole, once
+    }
   }
   if (readsData(spec, stage)) {
     for (const auto& file : filesOf(spec, stage)) {

@@ -226,6 +226,16 @@ TEST_CASE("regressions: requests that used to end or exhaust a daemon are refuse
     submitFails(s, "(resolved: \"/etc/passwd\") is not under this daemon's data_roots");
     std::filesystem::remove(link);
   }
+  SECTION("a stage's own init_from is held to the data roots: no file of the host, no other job's weights") {
+    Json s = spec();
+    s["stages"][1]["init_from"] = "/etc/passwd";
+    submitFails(s, "$.stages[1].init_from[0]: \"/etc/passwd\" (resolved: \"/etc/passwd\") is not under this daemon's data_roots");
+    const auto trained = b.dir() / "stage-1.safetensors";  // as another job's weights in a state dir
+    std::ofstream(trained) << "not this job's";
+    s["stages"][1]["init_from"] = {trained.string()};
+    submitFails(s, "is not under this daemon's data_roots");
+    std::filesystem::remove(trained);
+  }
   SECTION("a model whose weights do not fit is refused with the numbers before it is allocated") {
     Json s = spec();
     s["model"] = {{"d_model", 16384}, {"heads", 16}, {"layers", 2}, {"d_ff", 65536}, {"seq_len", 8}, {"vocab_size", 1 << 20}};
