@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -66,9 +67,21 @@ uint64_t fetchStage(zmq::context_t& context, const ClientOptions& options, const
 
 }  // namespace
 
+void checkOutputPath(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::symlink_status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    throw Error("cannot write \"" + path + "\": " + ec.message());
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw Error("\"" + path + "\" exists and is not a regular file: the output is written only as a new file or over a regular one");
+  }
+}
+
 int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out, int64_t step) {
   std::vector<std::string> parts;
   const int code = guarded([&] {
+    checkOutputPath(out);
     zmq::context_t context;
     const Json status = jobStatus(context, options, job, kAfterEveryStep);
     if (step >= 0) {
@@ -103,6 +116,7 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
 int plot(const ClientOptions& options, const std::vector<std::string>& jobs, const std::string& out,
          const PlotOptions& plotOptions) {
   return guarded([&] {
+    checkOutputPath(out);
     zmq::context_t context;
     std::vector<Json> statuses;
     for (const auto& job : jobs) statuses.push_back(jobStatus(context, options, job, 0));

@@ -13,6 +13,11 @@ namespace skytrain::client {
 
 // Writes the job's weights — final (step -1) or from the complete checkpoint after `step` —
 // merged from every stage daemon into one safetensors file with global names.
+// Throws skytrain::Error unless `path` is new or a regular file: `export -o` and `plot -o`
+// replace what they write by renaming over it, which must never hit a device, a socket or
+// a directory (run as root, a rename replaces a device node).
+void checkOutputPath(const std::string& path);
+
 int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out, int64_t step);
 
 // Writes the jobs' curves as one SVG.

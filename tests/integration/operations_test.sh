@@ -113,6 +113,10 @@ echo "ok: probe with an unknown key refused: $(head -1 "$work/stranger.out")"
 # export: final weights and a checkpoint's, against the stages' own files.
 "$cli" export "$plain" -o "$work/final.safetensors" || fail "export failed"
 "$cli" export "$plain" --step 19 -o "$work/step19.safetensors" || fail "export --step failed"
+# -o never renames over what is not a regular file (run as root, that replaced a device node).
+if "$cli" export "$plain" -o /dev/null 2> "$work/devnull.err"; then fail "export -o /dev/null was not refused"; fi
+grep -q '"/dev/null" exists and is not a regular file' "$work/devnull.err" || fail "export -o /dev/null: $(cat "$work/devnull.err")"
+[ -c /dev/null ] || fail "/dev/null is no longer a device"
 jobdir_a=$work/a/jobs/$plain jobdir_b=$work/b/jobs/$plain
 "$python" - "$work/final.safetensors" "$work/step19.safetensors" "$jobdir_a" "$jobdir_b" <<'PY' || fail "exported weights differ"
 import json, struct, sys, torch
