@@ -131,8 +131,25 @@ at::Tensor FanIn::receiveTokens(FrameDirection direction, uint64_t step, uint32_
                     std::to_string(microBatch >> kProducerShift) + " carries shape " + c10::str(frame.tensor.shape) +
                     ", the consumer expects int64 " + c10::str(expected));
   }
-  Timed timed(counters_.computeSeconds);
-  return links_.decoderFor(frame.tensor.codec).decode(frame.tensor);
+  at::Tensor tokens;
+  {
+    Timed timed(counters_.computeSeconds);
+    tokens = links_.decoderFor(frame.tensor.codec).decode(frame.tensor);
+  }
+  // IDs index the embedding and flags are targets: a producer's out-of-range value is its
+  // malformed frame, named as such, not an indexing error deep in the model.
+  const int64_t vocab = context_.spec.model.vocabSize;
+  const at::Tensor ids = tokens.select(-1, 0), flags = tokens.select(-1, 1);
+  if (tokens.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= vocab ||
+                             flags.min().item<int64_t>() < 0 || flags.max().item<int64_t>() > 1)) {
+    throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step) + " from producer " +
+                    std::to_string(microBatch >> kProducerShift) + " carries token IDs in [" +
+                    std::to_string(ids.min().item<int64_t>()) + ", " + std::to_string(ids.max().item<int64_t>()) +
+                    "] and flags in [" + std::to_string(flags.min().item<int64_t>()) + ", " +
+                    std::to_string(flags.max().item<int64_t>()) + "]; the vocabulary is [0, " + std::to_string(vocab) +
+                    ") and a flag is 0 or 1");
+  }
+  return tokens;
 }
 
 void FanIn::consumerStep(uint64_t step, double& lossSum) {

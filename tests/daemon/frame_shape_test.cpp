@@ -113,3 +113,43 @@ TEST_CASE("a crafted \"+pred\" frame at the last stage is refused as any crafted
   frame.tensor.codec = "ef(q13+pred)";
   CHECK(runWith(frame, lastStageSpec()).find("cannot wrap") != std::string::npos);
 }
+
+TEST_CASE("a fan-in consumer refuses token IDs outside the vocabulary and flags other than 0 or 1") {
+  // Two producers feed the consumer (stage 2); producer 0 sends micro-batch 0 of step 0.
+  const auto spec = protocol::parseJobSpec(R"({"steps": 2, "batch_size": 2, "micro_batches": 1, "schedule": "1f1b",
+    "peer_timeout_s": 1, "model": {"kind": "electra", "vocab_size": 257, "d_model": 16, "heads": 2, "layers": 1,
+      "d_ff": 32, "seq_len": 8, "generator": {"d_model": 16, "heads": 2, "layers": 1, "d_ff": 32}},
+    "data": {"files": ["/nonexistent"]},
+    "stages": [{"daemon": "tcp://a:1"}, {"daemon": "tcp://c:1"}, {"daemon": "tcp://b:1"}]})");
+  auto run = [&](const at::Tensor& ids, const at::Tensor& flags) -> std::string {
+    daemon::PipelineRunner runner(spec, 2, 7, 1e9);
+    auto queue = std::make_unique<ScriptedLink>();
+    compression::TensorFrame frame;
+    frame.job = 7;
+    frame.stage = 2;
+    frame.direction = FrameDirection::Forward;
+    frame.tensor = compression::builtinCodecs().make("none")->encode(torch::stack({ids, flags}, -1));
+    queue->inbound.push_back(frame);
+    std::vector<std::unique_ptr<daemon::PeerLink>> producers;
+    producers.push_back(std::move(queue));
+    producers.push_back(std::make_unique<ScriptedLink>());
+    runner.connectProducers(std::move(producers));
+    try {
+      runner.runStep(0);
+    } catch (const WireError& e) {
+      return e.what();
+    } catch (const PeerError& e) {
+      return std::string("peer: ") + e.what();
+    }
+    return "";
+  };
+  const at::Tensor ids = torch::randint(0, 257, {2, 8}, torch::kLong), flags = torch::randint(0, 2, {2, 8}, torch::kLong);
+  // In range: used, then the step waits for producer 1, which never sends.
+  CHECK(run(ids, flags).rfind("peer: no forward frame of step 0", 0) == 0);
+  CHECK_THAT(run(ids.index_put({torch::tensor(1), torch::tensor(3)}, torch::tensor(257)), flags),
+             Catch::Contains("from producer 0 carries token IDs in [") && Catch::Contains("the vocabulary is [0, 257)"));
+  CHECK_THAT(run(ids.index_put({torch::tensor(0), torch::tensor(0)}, torch::tensor(-5)), flags),
+             Catch::Contains("token IDs in [-5,"));
+  CHECK_THAT(run(ids, flags.index_put({torch::tensor(1), torch::tensor(1)}, torch::tensor(2))),
+             Catch::Contains("and flags in [0, 2]"));
+}
