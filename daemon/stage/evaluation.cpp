@@ -13,7 +13,7 @@ namespace skytrain::daemon {
 using compression::FrameDirection;
 
 Evaluation::Evaluation(const StageContext& context, StageLinks& links, CodecSet& codecs, ScheduleExecutor& executor,
-                       stages::Stage& model, const stages::DataSource* data, stages::Objective* objective)
+                       stages::Stage& model, const stages::DataSource* data, stages::Objective& objective)
     : context_(context),
       links_(links),
       codecs_(codecs),
@@ -28,7 +28,7 @@ std::optional<double> Evaluation::run(uint64_t step) {
   const bool last = context_.isLast();
   double lossSum = 0;
   int64_t tokens = 0;
-  if (last && objective_) objective_->beginEval();
+  if (last) objective_.beginEval();
   // A codec that learns from its messages ("+pred") starts each validation pass from the
   // training stream's state and leaves that state as it was, at both ends of the link.
   const std::string& forward = codecs_.forwardSpec();
@@ -52,14 +52,14 @@ std::optional<double> Evaluation::run(uint64_t step) {
       torch::NoGradGuard noGrad;
       lossSum += model_.loss(output, batch.targets).item<double>() * static_cast<double>(batch.targets.numel());
       tokens += batch.targets.numel();
-      if (objective_) objective_->addEval(model_, input, output, batch, chunk * b);
+      objective_.addEval(model_, input, output, batch, chunk * b);
     } else {
       links_.transmit(links_.next(), codecs_.eval(), FrameDirection::Eval, step, chunk,
                       static_cast<uint16_t>(context_.stage + 1), output, batch.inputs);
     }
   }
   if (!last) return std::nullopt;
-  if (objective_) metrics_ = objective_->evalMetrics();
+  metrics_ = objective_.evalMetrics();
   return lossSum / static_cast<double>(tokens);
 }
 

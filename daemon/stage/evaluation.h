@@ -23,9 +23,9 @@ struct StageContext;
 
 class Evaluation {
  public:
-  // `data` and `objective` are null on a stage that reads no data.
+  // `data` is null on a stage that reads no data.
   Evaluation(const StageContext& context, StageLinks& links, CodecSet& codecs, ScheduleExecutor& executor,
-             stages::Stage& model, const stages::DataSource* data, stages::Objective* objective);
+             stages::Stage& model, const stages::DataSource* data, stages::Objective& objective);
 
   // The pass after `step`: the mean token loss on the last stage, else nullopt.
   std::optional<double> run(uint64_t step);
@@ -39,7 +39,7 @@ class Evaluation {
   ScheduleExecutor& executor_;
   stages::Stage& model_;
   const stages::DataSource* data_;
-  stages::Objective* objective_;
+  stages::Objective& objective_;
   std::map<std::string, double> metrics_;
 };
 

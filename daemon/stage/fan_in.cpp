@@ -28,7 +28,7 @@ uint32_t tagged(int producer, uint32_t index) { return (static_cast<uint32_t>(pr
 
 FanIn::FanIn(const StageContext& context, StepCounters& counters, StageLinks& links, CodecSet& codecs,
              ScheduleExecutor& executor, Profiler& profiler, const stages::ModelSource& source, stages::Stage& model,
-             const stages::DataSource* data, const stages::Objective* objective, torch::optim::Optimizer& optimizer)
+             const stages::DataSource* data, const stages::Objective& objective, torch::optim::Optimizer& optimizer)
     : context_(context),
       counters_(counters),
       links_(links),
@@ -105,7 +105,7 @@ void FanIn::producerStep(uint64_t step, double& lossSum) {
     {
       Timed timed(counters_.computeSeconds);
       const stages::TokenBatch batch = data_->trainBatch(step, j * b, b);
-      const stages::TokenBatch prepared = objective_->prepare(batch, step, j * b);
+      const stages::TokenBatch prepared = objective_.prepare(batch, step, j * b);
       at::Tensor logits = model_.forward(j, prepared.inputs).requires_grad_(true);
       const at::Tensor loss = model_.loss(logits, prepared.targets);
       (loss / m).backward();
@@ -116,7 +116,7 @@ void FanIn::producerStep(uint64_t step, double& lossSum) {
       }
       lossSum += value;
       model_.backward(j, logits.grad());
-      tokens = objective_->produce(batch, prepared, logits, step, j * b);
+      tokens = objective_.produce(batch, prepared, logits, step, j * b);
     }
     links_.transmit(links_.next(), *codecs_.forStep(step).forward, FrameDirection::Forward, step, static_cast<int>(tagged(context_.stage, j)),
              consumerStage(), tokens);
@@ -139,14 +139,16 @@ at::Tensor FanIn::receiveTokens(FrameDirection direction, uint64_t step, uint32_
   // IDs index the embedding and flags are targets: a producer's out-of-range value is its
   // malformed frame, named as such, not an indexing error deep in the model.
   const int64_t vocab = context_.spec.model.vocabSize;
-  const at::Tensor ids = tokens.select(-1, 0), flags = tokens.select(-1, 1);
-  if (tokens.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= vocab ||
-                             flags.min().item<int64_t>() < 0 || flags.max().item<int64_t>() > 1)) {
+  if (tokens.numel() == 0) return tokens;
+  const auto [idMin, idMax] = torch::aminmax(tokens.select(-1, 0));
+  const auto [flagMin, flagMax] = torch::aminmax(tokens.select(-1, 1));
+  const int64_t lowId = idMin.item<int64_t>(), highId = idMax.item<int64_t>();
+  const int64_t lowFlag = flagMin.item<int64_t>(), highFlag = flagMax.item<int64_t>();
+  if (lowId < 0 || highId >= vocab || lowFlag < 0 || highFlag > 1) {
     throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step) + " from producer " +
-                    std::to_string(microBatch >> kProducerShift) + " carries token IDs in [" +
-                    std::to_string(ids.min().item<int64_t>()) + ", " + std::to_string(ids.max().item<int64_t>()) +
-                    "] and flags in [" + std::to_string(flags.min().item<int64_t>()) + ", " +
-                    std::to_string(flags.max().item<int64_t>()) + "]; the vocabulary is [0, " + std::to_string(vocab) +
+                    std::to_string(microBatch >> kProducerShift) + " carries token IDs in [" + std::to_string(lowId) +
+                    ", " + std::to_string(highId) + "] and flags in [" + std::to_string(lowFlag) + ", " +
+                    std::to_string(highFlag) + "]; the vocabulary is [0, " + std::to_string(vocab) +
                     ") and a flag is 0 or 1");
   }
   return tokens;
@@ -159,7 +161,7 @@ void FanIn::consumerStep(uint64_t step, double& lossSum) {
       const at::Tensor tokens = receiveTokens(FrameDirection::Forward, step, tagged(p, j), b);
       Timed timed(counters_.computeSeconds);
       const int index = p * m + j;
-      const stages::TokenBatch batch = objective_->consume(tokens);
+      const stages::TokenBatch batch = objective_.consume(tokens);
       at::Tensor logits = model_.forward(index, batch.inputs).requires_grad_(true);
       const at::Tensor loss = model_.loss(logits, batch.targets);
       (loss / terms).backward();
@@ -220,15 +222,15 @@ std::optional<double> FanIn::evaluate(uint64_t step) {
     const int count = std::min(b, samples - chunk * b);
     if (!context_.isLast()) {
       const stages::TokenBatch batch = data_->validationBatch(chunk * b, count);
-      const stages::TokenBatch prepared = objective_->prepare(batch, stages::kValidationStream, chunk * b);
+      const stages::TokenBatch prepared = objective_.prepare(batch, stages::kValidationStream, chunk * b);
       const at::Tensor logits = model_.infer(prepared.inputs);
-      const at::Tensor corrupted = objective_->produce(batch, prepared, logits, stages::kValidationStream, chunk * b);
+      const at::Tensor corrupted = objective_.produce(batch, prepared, logits, stages::kValidationStream, chunk * b);
       links_.transmit(links_.next(), codecs_.eval(), FrameDirection::Eval, step, static_cast<int>(tagged(context_.stage, chunk)), consumerStage(),
                corrupted);
       continue;
     }
     for (int p = 0; p < producers(); ++p) {
-      const stages::TokenBatch received = objective_->consume(receiveTokens(FrameDirection::Eval, step, tagged(p, chunk), count));
+      const stages::TokenBatch received = objective_.consume(receiveTokens(FrameDirection::Eval, step, tagged(p, chunk), count));
       torch::NoGradGuard noGrad;
       const at::Tensor logits = model_.infer(received.inputs);
       lossSum += model_.loss(logits, received.targets).item<double>() * static_cast<double>(count * context_.spec.model.seqLen);

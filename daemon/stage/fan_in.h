@@ -40,7 +40,7 @@ class FanIn : public Topology {
  public:
   FanIn(const StageContext& context, StepCounters& counters, StageLinks& links, CodecSet& codecs,
         ScheduleExecutor& executor, Profiler& profiler, const stages::ModelSource& source, stages::Stage& model,
-        const stages::DataSource* data, const stages::Objective* objective, torch::optim::Optimizer& optimizer);
+        const stages::DataSource* data, const stages::Objective& objective, torch::optim::Optimizer& optimizer);
 
   // A producer: waits for credit, then its own data and loss, then its frames out. The
   // consumer: every producer's micro-batches.
@@ -76,7 +76,7 @@ class FanIn : public Topology {
   const stages::ModelSource& source_;
   stages::Stage& model_;
   const stages::DataSource* data_;
-  const stages::Objective* objective_;
+  const stages::Objective& objective_;
   torch::optim::Optimizer& optimizer_;
   std::map<std::tuple<int, uint64_t, uint32_t>, compression::TensorFrame> early_;  // (direction, step, mb)
   static constexpr int64_t kNoAck = INT64_MIN;

@@ -67,16 +67,16 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   links_ = std::make_unique<StageLinks>(context_, counters_);
   links_->setStashNorms(facts.delayed);
   executor_ = std::make_unique<ScheduleExecutor>(context_, counters_, *links_, *codecs_, *source_, *model_, data_.get(),
-                                                 objective_.get());
+                                                 *objective_);
   gradients_ = std::make_unique<GradientPipeline>(context_, counters_, *links_, /*ownNorm=*/fanIn_);
   profiler_ = std::make_unique<Profiler>(context_, *links_, *codecs_, *executor_, *gradients_, *source_, *model_,
                                          data_.get(), *optimizer_, std::move(facts));
   if (fanIn_) {
     topology_ = std::make_unique<FanIn>(context_, counters_, *links_, *codecs_, *executor_, *profiler_, *source_,
-                                        *model_, data_.get(), objective_.get(), *optimizer_);
+                                        *model_, data_.get(), *objective_, *optimizer_);
   } else {
     evaluation_ = std::make_unique<Evaluation>(context_, *links_, *codecs_, *executor_, *model_, data_.get(),
-                                               objective_.get());
+                                               *objective_);
     topology_ = std::make_unique<Chain>(context_, *executor_, *model_, *evaluation_, *profiler_);
   }
   if (copies[0]) {

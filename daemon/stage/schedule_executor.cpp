@@ -14,7 +14,7 @@ using compression::FrameDirection;
 
 ScheduleExecutor::ScheduleExecutor(const StageContext& context, StepCounters& counters, StageLinks& links,
                                    CodecSet& codecs, const stages::ModelSource& source, stages::Stage& model,
-                                   const stages::DataSource* data, const stages::Objective* objective)
+                                   const stages::DataSource* data, const stages::Objective& objective)
     : context_(context),
       counters_(counters),
       links_(links),
@@ -45,7 +45,7 @@ stages::TokenBatch ScheduleExecutor::onDevice(stages::TokenBatch batch) const {
 }
 
 stages::TokenBatch ScheduleExecutor::batch(const stages::TokenBatch& drawn, uint64_t stream, int64_t firstSample) const {
-  return onDevice(objective_->prepare(drawn, stream, firstSample));
+  return onDevice(objective_.prepare(drawn, stream, firstSample));
 }
 
 std::vector<int64_t> ScheduleExecutor::boundaryShape(int stage, int64_t samples) const {

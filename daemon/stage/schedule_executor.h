@@ -23,11 +23,11 @@ namespace skytrain::daemon {
 
 class ScheduleExecutor {
  public:
-  // `data` and `objective` are null on a stage that reads no data (a chain's middle).
+  // `data` is null on a stage that reads no data (a chain's middle).
   // `model` is the stage whose W passes run (ZB-H1 runs on it alone).
   ScheduleExecutor(const StageContext& context, StepCounters& counters, StageLinks& links, CodecSet& codecs,
                    const stages::ModelSource& source, stages::Stage& model, const stages::DataSource* data,
-                   const stages::Objective* objective);
+                   const stages::Objective& objective);
 
   void setSchedule(scheduler::Schedule schedule) { schedule_ = std::move(schedule); }
   const scheduler::Schedule& schedule() const { return schedule_; }
@@ -59,7 +59,7 @@ class ScheduleExecutor {
   const stages::ModelSource& source_;
   stages::Stage& model_;
   const stages::DataSource* data_;
-  const stages::Objective* objective_;
+  const stages::Objective& objective_;
   scheduler::Schedule schedule_;
   std::map<int, at::Tensor> lossGradients_;  // last stage: d(loss/m)/d(logits) per micro-batch
   std::deque<int> pendingWeights_;           // ZB-H1: micro-batches whose W pass is due, oldest first
