@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "daemon/ops/allocator.h"
-#include "stages/gpt.h"
+#include "stages/models/gpt.h"
 
 namespace {
 

@@ -7,9 +7,12 @@
 #include <iostream>
 
 #include "client/format.h"
+#include "client/hf_export.h"
 #include "client/probe.h"
 #include "client/safetensors_merge.h"
 #include "daemon/protocol/base64.h"
+#include "daemon/protocol/hf_layout.h"
+#include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/messages.h"
 #include "scheduler/error.h"
 
@@ -78,12 +81,28 @@ void checkOutputPath(const std::string& path) {
   }
 }
 
-int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out, int64_t step) {
+int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out,
+                  const ExportOptions& exportOptions) {
+  const int64_t step = exportOptions.step;
+  const bool hf = exportOptions.format == "hf";
   std::vector<std::string> parts;
+  const std::string merged = hf ? out + ".merged.tmp" : out;
   const int code = guarded([&] {
-    checkOutputPath(out);
+    if (hf) {
+      checkOutputPath(merged);
+    } else {
+      checkOutputPath(out);
+    }
     zmq::context_t context;
     const Json status = jobStatus(context, options, job, kAfterEveryStep);
+    protocol::ModelSpec model;
+    if (hf) {
+      model = protocol::parseJobSpec(status.value("spec", std::string())).model;
+      if (!protocol::hasHfLayout(model.kind)) {
+        throw Error("job " + job + " trains model.kind \"" + model.kind +
+                    "\", which has no Hugging Face layout (llama and gpt2 have): export it as safetensors");
+      }
+    }
     if (step >= 0) {
       const auto& kept = status["checkpoints"];
       if (std::find(kept.begin(), kept.end(), Json(step)) == kept.end()) {
@@ -102,14 +121,23 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
       bytes += fetchStage(context, options, job, static_cast<int>(i), daemons[i], step, parts.back());
     }
     const size_t tensors = mergeSafetensors(
-        parts, out,
+        parts, merged,
         {{"format", "pt"}, {"skytrain_job", job}, {"skytrain_step", step < 0 ? "final" : std::to_string(step)}});
-    std::cout << "wrote " << out << ": " << tensors << " tensors from " << daemons.size() << " stages ("
-              << formatBytes(static_cast<double>(bytes)) << "), "
-              << (step < 0 ? std::string("final weights") : "checkpoint after step " + std::to_string(step)) << "\n";
+    const std::string what = step < 0 ? std::string("final weights") : "checkpoint after step " + std::to_string(step);
+    if (!hf) {
+      std::cout << "wrote " << out << ": " << tensors << " tensors from " << daemons.size() << " stages ("
+                << formatBytes(static_cast<double>(bytes)) << "), " << what << "\n";
+      return 0;
+    }
+    const HfExport written = writeHfDirectory(model, merged, out, exportOptions.shardBytes);
+    std::cout << "wrote " << out << "/: a Hugging Face " << model.kind << " model, " << written.tensors << " tensors in "
+              << written.shards << (written.shards == 1 ? " file" : " shards") << " ("
+              << formatBytes(static_cast<double>(written.bytes)) << ") and config.json, from " << daemons.size()
+              << " stages, " << what << "\n";
     return 0;
   });
   for (const auto& part : parts) std::remove(part.c_str());
+  if (hf) std::remove(merged.c_str());
   return code;
 }
 

@@ -18,7 +18,13 @@ namespace skytrain::client {
 // a directory (run as root, a rename replaces a device node).
 void checkOutputPath(const std::string& path);
 
-int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out, int64_t step);
+struct ExportOptions {
+  int64_t step = -1;                    // a complete checkpoint's step; -1: the final weights
+  std::string format = "safetensors";  // or "hf": a Hugging Face model directory (client/hf_export.h)
+  uint64_t shardBytes = 5'000'000'000;  // hf: the largest shard
+};
+int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out,
+                  const ExportOptions& exportOptions);
 
 // Writes the jobs' curves as one SVG.
 int plot(const ClientOptions& options, const std::vector<std::string>& jobs, const std::string& out,

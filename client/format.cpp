@@ -66,6 +66,11 @@ std::string formatPlan(const nlohmann::json& plan) {
     for (const auto& init : s.value("init_from", nlohmann::json::array())) {
       out += "           init_from " + init["file"].get<std::string>() + ": " + std::to_string(init["loaded"].get<int>()) +
              " tensors loaded, " + std::to_string(init["from_seed"].get<int>()) + " trainable kept from the seed\n";
+      if (init.value("format", std::string()) == "hf") {
+        out += "             read " + formatBytes(init.value("bytes_read", 0.0)) + " of the checkpoint's " +
+               formatBytes(init.value("bytes_total", 0.0)) + " (" + std::to_string(init.value("files", 0)) +
+               " safetensors files): this stage's tensors only\n";
+      }
     }
   }
   if (plan.value("replicas", 1) > 1) {

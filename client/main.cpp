@@ -6,6 +6,7 @@
 
 #include "client/commands.h"
 #include "client/export.h"
+#include "client/hf_export.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"skytrain: submit and manage training jobs on skytraind daemons"};
@@ -57,11 +58,16 @@ int main(int argc, char** argv) {
   probe->add_flag("--json", options.json, "print the figures as JSON");
   probe->add_option("--bytes", probeBytes, "the middle probe frame's payload (the large one is 3x)")->capture_default_str()->check(CLI::Range(4096, 1 << 28));
   int64_t exportStep = -1;
-  auto* exportCmd = app.add_subcommand("export", "write a job's weights, merged from every stage, as one safetensors file");
+  auto* exportCmd = app.add_subcommand("export", "write a job's weights, merged from every stage, as one safetensors file or a Hugging Face model directory");
   exportCmd->add_option("job", job, "job id")->required();
-  exportCmd->add_option("-o,--output", out, "the .safetensors file to write")->required();
+  exportCmd->add_option("-o,--output", out, "the .safetensors file to write (--format hf: the new directory)")->required();
   exportCmd->add_option("--step", exportStep, "a complete checkpoint's step instead of the final weights")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  std::string exportFormat = "safetensors", shardSize = "5GB";
+  exportCmd->add_option("--format", exportFormat, "safetensors (one file, skytrain names) or hf (a Hugging Face model directory)")
+      ->check(CLI::IsMember({"safetensors", "hf"}))
+      ->capture_default_str();
+  exportCmd->add_option("--shard-size", shardSize, "hf: the largest shard (5GB, 500MB, 2GiB or bytes)")->capture_default_str();
   auto* resume = app.add_subcommand("resume", "restart a failed or cancelled job from its last complete checkpoint");
   resume->add_option("job", job, "job id")->required();
   resume->add_flag("--detach", detach, "return once the job is resumed");
@@ -93,6 +99,17 @@ int main(int argc, char** argv) {
     return client::plot(options, jobs, out, plotOptions);
   }
   if (*probe) return client::probe(options, probeBytes);
-  if (*exportCmd) return client::exportWeights(options, job, out, exportStep);
+  if (*exportCmd) {
+    client::ExportOptions exportOptions;
+    exportOptions.step = exportStep;
+    exportOptions.format = exportFormat;
+    try {
+      exportOptions.shardBytes = client::parseByteSize(shardSize);
+    } catch (const std::exception& e) {
+      std::cerr << "error: --shard-size: " << e.what() << "\n";
+      return 2;
+    }
+    return client::exportWeights(options, job, out, exportOptions);
+  }
   return 2;
 }

@@ -31,7 +31,7 @@ uint64_t frameChecksum(const unsigned char* header, size_t headerSize, const std
   return sum;
 }
 
-bool validDirection(uint64_t d) { return d <= static_cast<uint64_t>(FrameDirection::Ack); }
+bool validDirection(uint64_t d) { return d <= static_cast<uint64_t>(FrameDirection::TiedUp); }
 bool validDType(uint64_t d) { return d >= 1 && d <= static_cast<uint64_t>(WireDType::UInt8); }
 
 }  // namespace
@@ -124,6 +124,8 @@ std::string toString(FrameDirection direction) {
     case FrameDirection::ProbeReply: return "probe reply";
     case FrameDirection::NormUp: return "norm up";
     case FrameDirection::NormDown: return "norm down";
+    case FrameDirection::TiedDown: return "tied gradient down";
+    case FrameDirection::TiedUp: return "tied gradient up";
     case FrameDirection::Ack: return "ack";
   }
   return "unknown";

@@ -46,6 +46,8 @@ enum class FrameDirection : uint8_t {
   NormUp = 5,      // gradient norms of stages > s, stage s+1 -> s (global-norm clipping)
   NormDown = 6,    // the global gradient norm, stage s -> s+1
   Ack = 7,         // a fan-in's consumer finished this step, consumer -> each producer
+  TiedDown = 8,    // a tied matrix's gradient on its way from the first holder to the second, s -> s+1
+  TiedUp = 9,      // the sum of both holders' gradients on its way back, s+1 -> s
 };
 
 // Job key 0 is no job's: a Probe frame for it is answered at once by the receiving daemon's
@@ -56,7 +58,7 @@ constexpr uint64_t kLinkProbeJob = 0;
 // Frames that travel upstream (s+1 -> s) arrive in the receiver's from-next queue.
 inline bool travelsUpstream(FrameDirection d) {
   return d == FrameDirection::Backward || d == FrameDirection::ProbeReply || d == FrameDirection::NormUp ||
-         d == FrameDirection::Ack;
+         d == FrameDirection::Ack || d == FrameDirection::TiedUp;
 }
 
 struct TensorFrame {

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "scheduler/error.h"
-#include "stages/electra.h"
+#include "stages/models/electra.h"
 
 namespace skytrain::stages {
 

@@ -8,7 +8,7 @@
 
 #include "scheduler/error.h"
 #include "stages/seeding.h"
-#include "stages/translation.h"
+#include "stages/models/translation.h"
 
 namespace skytrain::stages {
 

@@ -2,7 +2,7 @@
 // "source<TAB>target" (a Spanish verse and the English verse of the same reference). A
 // sample's inputs are the source's tokens, padded; its targets are [BOS] target [EOS],
 // padded: a decoder reads them shifted right (teacher forcing) and predicts them shifted
-// left. The special IDs are the model vocabulary's last three (stages/translation.h).
+// left. The special IDs are the model vocabulary's last three (stages/models/translation.h).
 #pragma once
 
 #include <cstdint>

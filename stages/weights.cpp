@@ -51,42 +51,42 @@ InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::stri
     else if (name.rfind("param/", 0) == 0) byName[name.substr(6)] = &tensor;
   }
   // A parameter's tensor: under its own name, or under its name without the stage's prefix.
-  auto lookup = [&](const std::string& name) {
-    auto it = byName.find(name);
-    if (it == byName.end() && !prefix.empty() && name.rfind(prefix, 0) == 0) it = byName.find(name.substr(prefix.size()));
-    return it;
-  };
+  return initialiseFrom(
+      stage,
+      [&](const std::string& name) {
+        auto it = byName.find(name);
+        if (it == byName.end() && !prefix.empty() && name.rfind(prefix, 0) == 0) it = byName.find(name.substr(prefix.size()));
+        return it == byName.end() ? at::Tensor() : *it->second;
+      },
+      source);
+}
+
+InitResult initialiseFrom(Stage& stage, const TensorLookup& find, const std::string& source) {
   InitResult result;
   std::vector<std::string> problems;
-  std::vector<std::pair<at::Tensor, const at::Tensor*>> copies;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
   std::set<std::string> adopted;
   try {
-    for (auto& name : stage.adopt([&](const std::string& n) {
-           const auto it = lookup(n);
-           return it == byName.end() ? at::Tensor() : *it->second;
-         })) {
-      adopted.insert(std::move(name));
-    }
+    for (auto& name : stage.adopt(find)) adopted.insert(std::move(name));
   } catch (const Error& e) {
     problems.push_back(e.what());
   }
   auto consider = [&](const std::string& name, const at::Tensor& target, bool parameter) {
     if (adopted.count(name)) return;
-    const auto it = lookup(name);
-    if (it == byName.end()) {
+    const at::Tensor value = find(name);
+    if (!value.defined()) {
       if (!parameter) return;  // buffers keep their initial values
       if (target.requires_grad()) result.fromSeed.push_back(name);
       else problems.push_back(name + ": frozen but not in the file");
       return;
     }
-    const at::Tensor& value = *it->second;
     if (!value.sizes().equals(target.sizes())) {
       problems.push_back(name + ": the file's is " + c10::str(value.sizes()) + ", the stage's " + c10::str(target.sizes()));
     } else if (target.is_floating_point() != value.is_floating_point()) {
       problems.push_back(name + ": the file's is " + std::string(c10::toString(value.scalar_type())) + ", the stage's " +
                          c10::toString(target.scalar_type()));
     } else {
-      copies.emplace_back(target, &value);
+      copies.emplace_back(target, value);
     }
   };
   for (const auto& [name, p] : stage.namedParameters()) consider(name, p, true);
@@ -98,7 +98,7 @@ InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::stri
                 (problems.size() > 1 ? "es" : "") + ": " + listed(problems));
   }
   torch::NoGradGuard noGrad;
-  for (auto& [target, value] : copies) target.copy_(value->to(target.scalar_type()));
+  for (auto& [target, value] : copies) target.copy_(value.to(target.scalar_type()));
   result.loaded = static_cast<int>(copies.size() + adopted.size());
   return result;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,11 @@ struct InitResult {
 };
 InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::string& source,
                           const std::string& prefix = "");
+
+// The same from any source of tensors: `find` gives the tensor of a global parameter name
+// (undefined when the source has none), read when asked (a Hugging Face directory reads
+// only the tensors the stage holds).
+using TensorLookup = std::function<at::Tensor(const std::string&)>;
+InitResult initialiseFrom(Stage& stage, const TensorLookup& find, const std::string& source);
 
 }  // namespace skytrain::stages

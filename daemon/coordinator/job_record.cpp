@@ -101,6 +101,7 @@ Json JobRecord::status(size_t sinceStep) const {
   job["summary"] = summary();
   job["plans"] = plans;
   job["events"] = events;
+  job["spec"] = specText;  // the owner's own spec: `export --format hf` writes config.json from it
   // Where each stage's weights are, for `skytrain export` (the keys are those this daemon
   // trusts for them).
   job["stage_daemons"] = Json::array();

@@ -5,6 +5,7 @@
 
 #include "daemon/protocol/compression_spec.h"
 #include "daemon/protocol/json_reader.h"
+#include "daemon/protocol/model_presets.h"
 #include "daemon/protocol/placements.h"
 #include "scheduler/error.h"
 #include "scheduler/schedule.h"
@@ -61,6 +62,24 @@ ModelSpec parseModel(ObjectReader r) {
     throw SpecError(r.pathOf("loss"), "unknown loss \"" + m.loss + "\" (valid: cross_entropy" +
                                           (m.kind == "torchscript" ? ", module)" : "; module needs kind torchscript)"));
   }
+  if (const json* preset = r.child("preset", false)) {
+    const std::string name = preset->is_string() ? preset->get<std::string>() : "";
+    const ModelPreset* p = findPreset(name);
+    if (!p || p->kind != m.kind) {
+      std::string valid;
+      for (const auto& each : modelPresets()) {
+        if (each.kind == m.kind) valid += (valid.empty() ? "" : ", ") + each.name;
+      }
+      throw SpecError(r.pathOf("preset"), describe(*preset) + " is not a preset of kind \"" + m.kind + "\" (valid: " +
+                                               (valid.empty() ? "none" : valid) + ")");
+    }
+    m.preset = p->name;
+    m.vocabSize = p->vocabSize, m.dModel = p->dModel, m.heads = p->heads, m.kvHeads = p->kvHeads;
+    m.layers = p->layers, m.dFf = p->dFf, m.seqLen = p->seqLen, m.positions = p->positions;
+    m.ropeTheta = p->ropeTheta, m.tieEmbeddings = p->tieEmbeddings;
+  } else if (m.kind == "gpt2") {
+    m.tieEmbeddings = true;
+  }
   m.vocabSize = static_cast<int>(r.integer("vocab_size", m.vocabSize, 2, 1 << 20));
   m.dModel = static_cast<int>(r.integer("d_model", m.dModel, 1, 1 << 16));
   m.heads = static_cast<int>(r.integer("heads", m.heads, 1, 1024));
@@ -71,6 +90,39 @@ ModelSpec parseModel(ObjectReader r) {
   if (m.dModel % m.heads != 0) {
     throw SpecError(r.pathOf("heads"), "d_model " + std::to_string(m.dModel) + " is not divisible by heads " +
                                            std::to_string(m.heads));
+  }
+  if (m.kind == "llama") {
+    m.kvHeads = static_cast<int>(r.integer("kv_heads", m.kvHeads > 0 ? m.kvHeads : m.heads, 1, m.heads));
+    if (m.heads % m.kvHeads != 0) {
+      throw SpecError(r.pathOf("kv_heads"), "heads " + std::to_string(m.heads) + " is not a multiple of kv_heads " +
+                                                std::to_string(m.kvHeads));
+    }
+    if ((m.dModel / m.heads) % 2 != 0) {
+      throw SpecError(r.pathOf("heads"), "the head width d_model/heads = " + std::to_string(m.dModel / m.heads) +
+                                             " is odd: rotary embeddings rotate pairs");
+    }
+    m.ropeTheta = r.number("rope_theta", m.ropeTheta, 1.0, 1e12);
+    m.normEps = r.number("norm_eps", m.normEps, 1e-12, 0.1);
+  }
+  if (m.kind == "gpt2" || m.kind == "llama") {
+    m.positions = static_cast<int>(r.integer("positions", m.positions > 0 ? m.positions : m.seqLen, 1, 1 << 24));
+    if (m.positions < m.seqLen) {
+      throw SpecError(r.pathOf("seq_len"), "seq_len " + std::to_string(m.seqLen) + " exceeds the model's " +
+                                               std::to_string(m.positions) + " positions");
+    }
+  }
+  if (m.kind == "llama" || m.kind == "gpt2") m.tieEmbeddings = r.boolean("tie_embeddings", m.tieEmbeddings);
+  if (const json* tied = m.kind == "torchscript" ? r.child("tied", false) : nullptr) {
+    const std::string path = r.pathOf("tied");
+    if (!tied->is_array() || tied->size() > 16) throw SpecError(path, "expected up to 16 pairs of parameter names");
+    for (const auto& pair : *tied) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string() ||
+          pair[0].get<std::string>().empty() || pair[1].get<std::string>().empty() ||
+          pair[0].get<std::string>().size() > 256 || pair[1].get<std::string>().size() > 256) {
+        throw SpecError(path, describe(pair) + " is not a pair of parameter names [first stage's, last stage's]");
+      }
+      m.tied.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+    }
   }
   m.initFrom = parseInitFrom(r);
   m.adapter = static_cast<int>(r.integer("adapter", m.adapter, 0, 1 << 16));
@@ -115,6 +167,11 @@ ModelSpec parseModel(ObjectReader r) {
   if (m.kind == "electra" || m.kind == "encoder") m.maskRate = r.number("mask_rate", m.maskRate, 0.01, 0.9);
   if (const auto* split = r.child("split_point", false)) {
     m.splitPoint = parseSplitPoint(ObjectReader(*split, r.pathOf("split_point")), m);
+  }
+  if (m.kind == "llama") {  // the zoo's LLaMA blocks have neither (stages/models/llama.h)
+    for (const char* field : {"adapter", "split_point", "dropout"}) {
+      if (r.has(field)) throw SpecError(r.pathOf(field), "is not available for model.kind \"llama\"");
+    }
   }
   r.finish();
   return m;
@@ -348,7 +405,7 @@ JobSpec parseJobSpec(const std::string& text) {
     spec.stages.back().replicas = std::move(replicas);
   }
   checkReplicas(spec);
-  if (spec.model.kind == "gpt" || spec.model.kind == "encoder" || spec.model.kind == "classifier") checkTiling(spec.stages, spec.model.layers);
+  if (isLayered(spec.model.kind)) checkTiling(spec.stages, spec.model.layers);
   if (spec.model.kind == "translation" && spec.stages.size() != 2) {
     throw SpecError("$.stages", "a translation model has two stages: the encoder, then the decoder");
   }
@@ -359,6 +416,10 @@ JobSpec parseJobSpec(const std::string& text) {
     }
   }
   checkPredictive(spec);
+  if ((spec.model.tieEmbeddings || !spec.model.tied.empty()) && spec.stages.size() > 1 && spec.update != "sync") {
+    throw SpecError("$.update", "tied embeddings across stages sum their gradients every step: only \"sync\" "
+                                "(or model.tie_embeddings false)");
+  }
   spec.maxStaleness = static_cast<int>(r.integer("max_staleness", spec.maxStaleness, 0, 1000));
   if (spec.model.kind == "electra") {
     // Generators send token IDs: the tokens codec (alone or under zstd), by default alone.

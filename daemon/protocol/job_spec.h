@@ -32,7 +32,7 @@ struct StageSpec {
   std::vector<std::string> initFrom;  // this stage's own starting weights, after model.init_from
 };
 
-// A low-rank split point (stages/gpt.h): the layer of a block factored as U S V with rank r.
+// A low-rank split point (stages/models/gpt.h): the layer of a block factored as U S V with rank r.
 struct SplitPointSpec {
   int block = -1;  // -1: none
   std::string layer = "fc";  // "fc" or "proj"
@@ -40,15 +40,16 @@ struct SplitPointSpec {
   bool keepResidual = false;
 };
 
-// The model kinds a spec may name (stages/model_source.h has their sources).
+// The model kinds a spec may name (stages/models/model_source.h has their sources).
 inline const std::vector<std::string>& modelKinds() {
-  static const std::vector<std::string> kinds{"classifier", "electra", "encoder", "gpt", "torchscript",
-                                                 "translation"};
+  static const std::vector<std::string> kinds{"classifier", "electra", "encoder", "gpt", "gpt2", "llama",
+                                                 "torchscript", "translation"};
   return kinds;
 }
 
 struct ModelSpec {
   std::string kind = "gpt";
+  std::string preset;  // a named size (model_presets.h) the fields below start from; empty: none
   std::string loss = "cross_entropy";  // or "module": the last TorchScript stage's loss()
   int vocabSize = 256;
   int dModel = 128;
@@ -57,6 +58,18 @@ struct ModelSpec {
   int dFf = 512;
   int seqLen = 64;
   double dropout = 0.0;
+  // llama: grouped-query attention's key/value heads (default: heads), rotary base, RMSNorm eps.
+  int kvHeads = 0;
+  double ropeTheta = 10000.0;
+  double normEps = 1e-5;
+  // gpt2: rows of the learned position table; llama: the context the model is made for
+  // (config.json's max_position_embeddings). Default: seq_len, which may be shorter.
+  int positions = 0;
+  // llama, gpt2: the output head is the token embedding's matrix (gpt2's default: true).
+  bool tieEmbeddings = false;
+  // torchscript: pairs {a parameter of the first stage's module, one of the last's} that are
+  // one matrix (a tied embedding and head), kept equal across stages as tie_embeddings does.
+  std::vector<std::pair<std::string, std::string>> tied;
   SplitPointSpec splitPoint;
   // ELECTRA: each generator's sizes (the fields above are the discriminator's), and the
   // share of tokens the generators mask.
@@ -180,6 +193,10 @@ struct JobSpec {
 
 // A fan-in (every stage but the last feeds the last token IDs) rather than a chain.
 inline bool isFanIn(const JobSpec& spec) { return spec.model.kind == "electra"; }
+// Kinds cut by layer ranges (stages[i].layers) that tile [0, model.layers).
+inline bool isLayered(const std::string& kind) {
+  return kind == "gpt" || kind == "gpt2" || kind == "llama" || kind == "encoder" || kind == "classifier";
+}
 
 // Data parallelism inside the clusters: R copies of every stage form R pipelines, each on
 // batch_size / R samples of every step. A (stage, replica) pair is a slot, numbered

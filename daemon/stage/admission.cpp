@@ -5,7 +5,8 @@
 #include "daemon/stage/model_setup.h"
 #include "daemon/stage/pipeline_runner.h"
 #include "scheduler/error.h"
-#include "stages/model_source.h"
+#include "stages/hf_checkpoint.h"
+#include "stages/models/model_source.h"
 
 namespace skytrain::daemon {
 namespace {
@@ -27,7 +28,10 @@ bool under(const fs::path& path, const fs::path& root) {
   return true;
 }
 
-std::string resolve(const std::string& file, const std::string& field, const std::vector<std::string>& roots) {
+// `modelDirectory`: a Hugging Face model directory is accepted too (its files are checked
+// to stay inside it when read: stages/hf_checkpoint.h).
+std::string resolve(const std::string& file, const std::string& field, const std::vector<std::string>& roots,
+                    bool modelDirectory = false) {
   std::error_code ec;
   const fs::path real = fs::canonical(file, ec);
   if (ec) throw SpecError(field, "\"" + file + "\" cannot be resolved: " + ec.message());
@@ -42,7 +46,11 @@ std::string resolve(const std::string& file, const std::string& field, const std
     throw SpecError(field, "\"" + file + "\" (resolved: \"" + real.string() + "\") is not under this daemon's data_roots (" +
                                listed + ")");
   }
-  if (!fs::is_regular_file(real, ec)) throw SpecError(field, "\"" + file + "\" is not a regular file");
+  if (modelDirectory && stages::HfCheckpoint::isModelDirectory(real.string())) return real.string();
+  if (!fs::is_regular_file(real, ec)) {
+    throw SpecError(field, "\"" + file + "\" is not a regular file" +
+                               (modelDirectory ? " nor a Hugging Face model directory (with a config.json)" : ""));
+  }
   return real.string();
 }
 
@@ -70,13 +78,13 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
     module = resolve(module, "$.stages[" + std::to_string(stage) + "].module", roots);
   }
   for (size_t i = 0; i < spec.model.initFrom.size(); ++i) {
-    spec.model.initFrom[i] = resolve(spec.model.initFrom[i], "$.model.init_from[" + std::to_string(i) + "]", roots);
+    spec.model.initFrom[i] = resolve(spec.model.initFrom[i], "$.model.init_from[" + std::to_string(i) + "]", roots, true);
   }
   // The stage's own init_from files: held to the same roots (a checkpoint of another job in
   // the state dir, or any file on the host, is not this job's to read).
   auto& ownInit = spec.stages.at(stage).initFrom;
   for (size_t i = 0; i < ownInit.size(); ++i) {
-    ownInit[i] = resolve(ownInit[i], "$.stages[" + std::to_string(stage) + "].init_from[" + std::to_string(i) + "]", roots);
+    ownInit[i] = resolve(ownInit[i], "$.stages[" + std::to_string(stage) + "].init_from[" + std::to_string(i) + "]", roots, true);
   }
   if (!readsData(spec, stage)) return;
   auto& own = spec.stages[stage].dataFiles;
@@ -102,6 +110,10 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
   std::error_code ec;
   for (const auto* files : {&spec.model.initFrom, &spec.stages.at(stage).initFrom}) {
     for (const auto& file : *files) {
+      if (stages::HfCheckpoint::isModelDirectory(file)) {
+        m.dataBytes += m.weightBytes;  // the stage's own tensors, held until copied in
+        continue;
+      }
       const auto size = std::filesystem::file_size(file, ec);
       if (!ec) m.dataBytes += static_cast<double>(size);  // read whole, once
     }

@@ -11,7 +11,7 @@
 #include "daemon/stage/schedule_executor.h"
 #include "daemon/stage/stage_links.h"
 #include "scheduler/error.h"
-#include "stages/model_source.h"
+#include "stages/models/model_source.h"
 #include "stages/objective.h"
 
 namespace skytrain::daemon {

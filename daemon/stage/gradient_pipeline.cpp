@@ -48,9 +48,53 @@ void GradientPipeline::failIfNonFinite(const NamedGradients& named, uint64_t ste
   }
 }
 
+void GradientPipeline::sumTied(uint64_t step, const stages::Stage& model) {
+  const int s = context_.stage;
+  for (const auto& pair : tied_) {
+    if (s < pair.firstStage || s > pair.secondStage) continue;
+    if (s != pair.firstStage && s != pair.secondStage) {  // between the holders: pass the frames on as they are
+      compression::TensorFrame down = links_.awaitFrame(links_.previous(), FrameDirection::TiedDown, step, 0);
+      down.stage = static_cast<uint16_t>(s + 1);
+      links_.next().send(down);
+      compression::TensorFrame up = links_.awaitFrame(links_.next(), FrameDirection::TiedUp, step, 0);
+      up.stage = static_cast<uint16_t>(s - 1);
+      links_.previous().send(up);
+      continue;
+    }
+    const std::string& name = s == pair.firstStage ? pair.firstName : pair.secondName;
+    at::Tensor parameter;
+    for (const auto& [each, tensor] : model.namedParameters()) {
+      if (each == name) parameter = tensor;
+    }
+    SKYTRAIN_CHECK(parameter.defined(), "stage " << s << " holds no tied parameter " << name);
+    // A frozen copy adds nothing and takes nothing.
+    at::Tensor grad = parameter.grad().defined() ? parameter.grad() : torch::zeros_like(parameter);
+    at::Tensor sum;
+    if (s == pair.firstStage) {
+      links_.transmit(links_.next(), links_.plain(), FrameDirection::TiedDown, step, 0, s + 1, grad);
+      sum = links_.receive(links_.next(), FrameDirection::TiedUp, step, 0, parameter.sizes().vec());
+    } else {
+      sum = links_.receive(links_.previous(), FrameDirection::TiedDown, step, 0, parameter.sizes().vec()) + grad;
+      links_.transmit(links_.previous(), links_.plain(), FrameDirection::TiedUp, step, 0, s - 1, sum);
+    }
+    if (parameter.grad().defined()) parameter.mutable_grad().copy_(sum);
+  }
+}
+
+NamedGradients GradientPipeline::forNorm(const NamedGradients& named) const {
+  NamedGradients out;
+  for (const auto& entry : named) {
+    bool copy = false;
+    for (const auto& pair : tied_) copy = copy || (context_.stage == pair.secondStage && entry.first == pair.secondName);
+    if (!copy) out.push_back(entry);
+  }
+  return out;
+}
+
 bool GradientPipeline::finish(uint64_t step, const stages::Stage& model) {
   const NamedGradients named = gradients(model);
   average(named);
+  sumTied(step, model);
   if (!needsTotal()) {
     Timed timed(counters_.computeSeconds);
     failIfNonFinite(named, step);
@@ -59,7 +103,7 @@ bool GradientPipeline::finish(uint64_t step, const stages::Stage& model) {
   at::Tensor mine;
   {
     Timed timed(counters_.computeSeconds);
-    mine = gradientNorms(named);
+    mine = gradientNorms(forNorm(named));
   }
   const at::Tensor total = ownNorm_ ? (mine.numel() ? mine.norm(2.0) : torch::zeros({})) : exchangeNorms(step, mine);
   PendingGradient pending;
@@ -136,7 +180,7 @@ PendingGradient GradientPipeline::begin(uint64_t step, const stages::Stage& copy
   at::Tensor mine;
   {
     Timed timed(counters_.computeSeconds);
-    mine = gradientNorms(named);
+    mine = gradientNorms(forNorm(named));
   }
   const at::Tensor all = normsFromBelow(step, mine);
   if (context_.isFirst()) {

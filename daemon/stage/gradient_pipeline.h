@@ -13,6 +13,7 @@
 
 #include "daemon/stage/gradient_checks.h"
 #include "daemon/stage/stage_context.h"
+#include "stages/models/model_source.h"
 #include "stages/stage.h"
 
 namespace skytrain::daemon {
@@ -36,6 +37,12 @@ class GradientPipeline {
 
   // The stage's copies (R > 1): gradients are averaged over them before anything else.
   void setReplicaGroup(std::unique_ptr<ReplicaGroup> group);
+  // Matrices two stages hold a copy of (ModelSource::tied): each step the first holder's
+  // gradient travels down the chain to the second, which adds its own and sends the sum
+  // back up; both copies take the sum, so they stay bit-identical (Megatron's embedding
+  // group, over the pipeline's own links). The second copy is left out of the global norm,
+  // as one process counts a shared parameter once.
+  void setTied(std::vector<stages::TiedPair> tied) { tied_ = std::move(tied); }
   ReplicaGroup* replicas() const { return replicas_.get(); }
 
   // The parameters of `stage` that hold a gradient, by name (views of the gradients).
@@ -56,6 +63,10 @@ class GradientPipeline {
 
  private:
   void average(const NamedGradients& named);
+  // The synchronous exchange of every tied matrix's gradient of `step` (setTied).
+  void sumTied(uint64_t step, const stages::Stage& model);
+  // `named` without the copies the global norm must not count twice.
+  NamedGradients forNorm(const NamedGradients& named) const;
   // Throws a kNonFinite failure naming the first gradient that holds NaN or Inf.
   void failIfNonFinite(const NamedGradients& named, uint64_t step) const;
   // This stage's per-parameter norms joined to the next stage's (sent up from the last).
@@ -72,6 +83,7 @@ class GradientPipeline {
   StageLinks& links_;
   bool ownNorm_;
   std::unique_ptr<ReplicaGroup> replicas_;  // null: a single copy
+  std::vector<stages::TiedPair> tied_;
 };
 
 }  // namespace skytrain::daemon

@@ -22,6 +22,23 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   c.split.rank = m.splitPoint.rank;
   c.split.keepResidual = m.splitPoint.keepResidual;
   c.adapter = m.adapter;
+  c.positions = m.positions;
+  c.tieEmbeddings = m.tieEmbeddings;
+  return c;
+}
+
+stages::LlamaConfig llamaConfig(const protocol::ModelSpec& m) {
+  stages::LlamaConfig c;
+  c.vocabSize = m.vocabSize;
+  c.dModel = m.dModel;
+  c.heads = m.heads;
+  c.kvHeads = m.kvHeads > 0 ? m.kvHeads : m.heads;
+  c.layers = m.layers;
+  c.dFf = m.dFf;
+  c.seqLen = m.seqLen;
+  c.ropeTheta = m.ropeTheta;
+  c.normEps = m.normEps;
+  c.tieEmbeddings = m.tieEmbeddings;
   return c;
 }
 
@@ -29,6 +46,7 @@ stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
   stages::ModelConfig c;
   c.kind = spec.model.kind;
   c.gpt = gptConfig(spec.model);
+  c.llama = llamaConfig(spec.model);
   c.generator = c.gpt;
   c.generator.dModel = spec.model.generator.dModel;
   c.generator.heads = spec.model.generator.heads;
@@ -39,6 +57,7 @@ stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
   c.classes = static_cast<int>(spec.model.classes.size());
   c.decoderLayers = spec.model.decoderLayers;
   c.maskRate = spec.model.maskRate;
+  c.tied = spec.model.tied;
   for (const auto& s : spec.stages) c.stages.push_back({s.firstLayer, s.lastLayer, s.module, s.inputShape});
   return c;
 }

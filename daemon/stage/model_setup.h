@@ -6,14 +6,15 @@
 #include <string>
 
 #include "daemon/protocol/job_spec.h"
-#include "stages/gpt.h"
-#include "stages/model_source.h"
+#include "stages/models/gpt.h"
+#include "stages/models/model_source.h"
 #include "stages/text_data.h"
 
 namespace skytrain::daemon {
 
 // The model zoo's config for a job's model spec.
 stages::GptConfig gptConfig(const protocol::ModelSpec& model);
+stages::LlamaConfig llamaConfig(const protocol::ModelSpec& model);
 // The model source's config: the kind, the sizes, the loss and each stage's part.
 stages::ModelConfig modelConfig(const protocol::JobSpec& spec);
 // The job's data as stage `stage`'s model source reads it (ModelSource::makeData).

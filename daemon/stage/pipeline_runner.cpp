@@ -13,6 +13,7 @@
 #include "daemon/stage/evaluation.h"
 #include "daemon/stage/fan_in.h"
 #include "daemon/stage/gradient_pipeline.h"
+#include "daemon/stage/initial_weights.h"
 #include "daemon/stage/model_setup.h"
 #include "daemon/stage/profiler.h"
 #include "daemon/stage/schedule_executor.h"
@@ -20,7 +21,7 @@
 #include "daemon/stage/stage_state.h"
 #include "daemon/stage/sync_update.h"
 #include "scheduler/error.h"
-#include "stages/model_source.h"
+#include "stages/models/model_source.h"
 #include "stages/safetensors.h"
 #include "stages/weights.h"
 
@@ -69,6 +70,7 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   executor_ = std::make_unique<ScheduleExecutor>(context_, counters_, *links_, *codecs_, *source_, *model_, data_.get(),
                                                  *objective_);
   gradients_ = std::make_unique<GradientPipeline>(context_, counters_, *links_, /*ownNorm=*/fanIn_);
+  gradients_->setTied(source_->tied());
   profiler_ = std::make_unique<Profiler>(context_, *links_, *codecs_, *executor_, *gradients_, *source_, *model_,
                                          data_.get(), *optimizer_, std::move(facts));
   if (fanIn_) {
@@ -108,14 +110,7 @@ std::unique_ptr<stages::Stage> PipelineRunner::buildStage(StageFacts* facts) {
     const stages::ParameterCounts counts = stages::applyTrainable(*built, spec.model.trainable);
     if (facts) {
       facts->parameters = counts;
-      std::vector<std::string> files = spec.model.initFrom;
-      const auto& own = spec.stages.at(stage).initFrom;
-      files.insert(files.end(), own.begin(), own.end());
-      for (const auto& file : files) {
-        const auto result = stages::initialiseFrom(
-            *built, stages::decodeSafetensors(readFile(file, kMaxInitBytes), file), file, source_->namePrefix(stage));
-        facts->initReport.push_back({{"file", file}, {"loaded", result.loaded}, {"from_seed", result.fromSeed.size()}});
-      }
+      facts->initReport = loadInitialWeights(*built, spec, stage, source_->namePrefix(stage));
     }
   } catch (const Error& e) {  // WireError (a malformed file) included
     throw Error(std::string(protocol::kBadModel) + e.what());

@@ -53,7 +53,6 @@ struct StageFacts;
 class Topology;
 class UpdatePolicy;
 
-constexpr size_t kMaxInitBytes = size_t{1} << 40;  // one init_from file
 
 struct StepStats {
   double loss = 0;            // mean over micro-batches (last stage only, else NaN)

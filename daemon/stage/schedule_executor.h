@@ -14,7 +14,7 @@
 #include "daemon/stage/stage_context.h"
 #include "daemon/stage/stage_links.h"
 #include "scheduler/schedule.h"
-#include "stages/model_source.h"
+#include "stages/models/model_source.h"
 #include "stages/objective.h"
 #include "stages/stage.h"
 #include "stages/text_data.h"

@@ -63,7 +63,7 @@ while IFS= read -r hit; do
   [ -n "$hit" ] || continue
   echo "$hit (a model kind named outside daemon/protocol/: ask the model source instead)"
   bad=1
-done < <(grep -rnHE --include='*.h' --include='*.cpp' "$kinds|stages/(electra|translation)\.h|maskTokens|replaceTokens" \
+done < <(grep -rnHE --include='*.h' --include='*.cpp' "$kinds|stages/models/(electra|translation)\.h|maskTokens|replaceTokens" \
            "$daemon/coordinator" "$daemon/stage" "$daemon/net" "$daemon/ops" "$daemon"/*.cpp "$daemon"/*.h || true)
 
 if [ "$checked" -eq 0 ]; then

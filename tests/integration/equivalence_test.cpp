@@ -11,7 +11,7 @@
 #include "daemon_fixture.h"
 #include "reference_trainer.h"
 #include "daemon/protocol/job_spec.h"
-#include "stages/gpt.h"
+#include "stages/models/gpt.h"
 #include "stages/safetensors.h"
 
 using namespace skytrain;
@@ -357,4 +357,48 @@ TEST_CASE("the one-step-delayed update trains like PipeDream-2BW's update with w
     parameters0 += name.rfind("param/", 0) == 0;
   }
   CHECK(previous == parameters0);
+}
+
+TEST_CASE("llama and gpt2 with tied embeddings cut across daemons train like one process that ties them",
+          "[integration]") {
+  TestDaemon a("ta"), b("tb"), c("tc");
+  zmq::context_t context;
+  // The clip binds, so the global norm must count the tied matrix once, as one process does.
+  const Json optimizer = {{"lr", 2e-3}, {"clip_norm", 0.5}};
+  const auto [kind, stages] = GENERATE(std::make_pair("llama", 2), std::make_pair("llama", 3), std::make_pair("gpt2", 3));
+  CAPTURE(kind, stages);
+  Json spec = specFor("1f1b", 2, a.control(), b.control(), optimizer);
+  spec["model"] = {{"kind", kind}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 64}, {"seq_len", 16},
+                   {"tie_embeddings", true}};
+  if (std::string(kind) == "llama") spec["model"]["kv_heads"] = 2;
+  if (stages == 3) {
+    spec["stages"] = {{{"daemon", a.control()}, {"layers", {0, 1}}},
+                      {{"daemon", b.control()}, {"layers", {1, 3}}},
+                      {{"daemon", c.control()}, {"layers", {3, 4}}}};
+  }
+  const Trained reference = trainReference(spec);
+  REQUIRE(reference.clippedSteps == kSteps);
+  REQUIRE(reference.parameters.count("head.weight") == 0);  // one process: the head is the embedding
+  const Json status = runJob(context, a.control(), spec);
+  REQUIRE(status["state"] == "succeeded");
+  for (int step = 0; step < kSteps; ++step) {
+    CHECK(status["steps"][step]["loss"].get<double>() == Approx(reference.losses[step]).margin(kLossTolerance));
+  }
+  const std::string job = status["id"];
+  std::map<std::string, at::Tensor> parameters;
+  TestDaemon* hosts[] = {&a, &b, &c};
+  for (int i = 0; i < stages; ++i) {
+    parameters.merge(loadStageWeights(hosts[i]->dir() / "jobs" / job / ("stage-" + std::to_string(i) + ".pt")));
+  }
+  // The two copies stayed bit-identical, and both equal the one process's single matrix.
+  REQUIRE(parameters.count("head.weight"));
+  CHECK(torch::equal(parameters.at("head.weight"), parameters.at("tok_emb.weight")));
+  double worst = 0;
+  for (const auto& [name, expected] : reference.parameters) {
+    INFO(name);
+    REQUIRE(parameters.count(name));
+    worst = std::max(worst, (parameters.at(name) - expected).abs().max().item<double>());
+  }
+  CHECK(worst <= kParameterTolerance);
+  WARN(kind << " tied, " << stages << " stages: max |parameter diff| " << worst);
 }

@@ -10,7 +10,7 @@
 
 #include "daemon/protocol/job_spec.h"
 #include "daemon/stage/model_setup.h"
-#include "stages/gpt.h"
+#include "stages/models/model_source.h"
 #include "stages/safetensors.h"
 #include "stages/text_data.h"
 #include "stages/weights.h"
@@ -22,7 +22,12 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
   const protocol::OptimizerSpec o = parsed.optimizer;
   const protocol::ModelSpec& m = parsed.model;
   const int steps = parsed.steps;
-  auto model = stages::makeGptStage(daemon::gptConfig(m), 0, m.layers, parsed.seed);
+  // The unsplit model: one stage holding every layer (a tied head is then the embedding itself).
+  protocol::JobSpec whole = parsed;
+  whole.stages.resize(1);
+  whole.stages[0].firstLayer = 0;
+  whole.stages[0].lastLayer = m.layers;
+  auto model = stages::makeModelSource(daemon::modelConfig(whole))->build(0);
   stages::applyTrainable(*model, parsed.model.trainable);
   for (const auto& file : parsed.model.initFrom) {
     std::ifstream in(file, std::ios::binary);

@@ -12,7 +12,7 @@
 #include "daemon_fixture.h"
 #include "scheduler/error.h"
 #include "daemon/protocol/job_spec.h"
-#include "stages/model_source.h"
+#include "stages/models/model_source.h"
 #include "stages/text_data.h"
 
 using namespace skytrain;
@@ -186,7 +186,7 @@ TEST_CASE("malformed, wrong-shaped and missing TorchScript modules are refused w
 
 TEST_CASE("the model kinds a spec may name are the registry's", "[torchscript]") {
   CHECK(protocol::modelKinds() == stages::modelKinds());
-  CHECK_THROWS_WITH(stages::makeModelSource([] { stages::ModelConfig c; c.kind = "bert"; return c; }()), Catch::Contains("valid: classifier, electra, encoder, gpt, torchscript"));
+  CHECK_THROWS_WITH(stages::makeModelSource([] { stages::ModelConfig c; c.kind = "bert"; return c; }()), Catch::Contains("valid: classifier, electra, encoder, gpt, gpt2, llama, torchscript"));
 }
 
 TEST_CASE("a TorchScript stage that fails on its declared input says why, not where", "[torchscript]") {

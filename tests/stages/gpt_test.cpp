@@ -4,7 +4,7 @@
 #include <map>
 
 #include "scheduler/error.h"
-#include "stages/gpt.h"
+#include "stages/models/gpt.h"
 
 using namespace skytrain::stages;
 

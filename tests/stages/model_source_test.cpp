@@ -1,12 +1,17 @@
-// Model sources (stages/model_source.h): each zoo kind cut into stages computes what the
+// Model sources (stages/models/model_source.h): each zoo kind cut into stages computes what the
 // uncut model computes, with the same global parameter names.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
 #include <map>
 
-#include "stages/electra.h"
-#include "stages/model_source.h"
+#include "stages/models/electra.h"
+#include "stages/models/model_source.h"
+#include "stages/models/torchscript_stage.h"
+
+#include <torch/script.h>
+#include <filesystem>
+#include <unistd.h>
 
 using namespace skytrain::stages;
 
@@ -21,6 +26,13 @@ ModelConfig config(const std::string& kind, std::vector<std::pair<int, int>> ran
   c.gpt.layers = 4;
   c.gpt.dFf = 64;
   c.gpt.seqLen = 12;
+  c.llama.vocabSize = 64;
+  c.llama.dModel = 32;
+  c.llama.heads = 4;
+  c.llama.kvHeads = 2;
+  c.llama.layers = 4;
+  c.llama.dFf = 64;
+  c.llama.seqLen = 12;
   c.seed = 9;
   for (const auto& [first, last] : ranges) c.stages.push_back({first, last, "", {}});
   return c;
@@ -29,7 +41,7 @@ ModelConfig config(const std::string& kind, std::vector<std::pair<int, int>> ran
 }  // namespace
 
 TEST_CASE("a zoo model cut into stages computes what the uncut model computes") {
-  const std::string kind = GENERATE(as<std::string>{}, "gpt", "encoder");
+  const std::string kind = GENERATE(as<std::string>{}, "gpt", "encoder", "gpt2", "llama");
   CAPTURE(kind);
   const auto whole = makeModelSource(config(kind, {{0, 4}}));
   const auto cut = makeModelSource(config(kind, {{0, 1}, {1, 3}, {3, 4}}));
@@ -106,4 +118,27 @@ TEST_CASE("the classifier pools per-token logits over the sequence into one pred
   bool named = false;
   for (const auto& [name, tensor] : stage->stateDict()) named = named || name == "classifier.weight";
   CHECK(named);
+}
+
+TEST_CASE("a TorchScript stage passes on a Tensor, a tuple's first element or a dict's logits; anything else is refused") {
+  const auto [body, passes] = GENERATE(std::make_pair("return x * self.w", true),
+                                       std::make_pair("return (x * self.w, x.sum())", true),  // nanoGPT's (logits, loss)
+                                       std::make_pair("return [x * self.w, x]", true),
+                                       std::make_pair("return {'logits': x * self.w, 'loss': x.sum()}", true),
+                                       std::make_pair("return {'hidden': x * self.w}", false),
+                                       std::make_pair("return 3", false));
+  CAPTURE(body);
+  torch::jit::Module module("Stage");
+  module.register_parameter("w", torch::full({4}, 2.0), false);
+  module.define(std::string("def forward(self, x):\n    ") + body + "\n");
+  const std::string file = (std::filesystem::temp_directory_path() / ("ts-" + std::to_string(::getpid()) + ".pt")).string();
+  module.save(file);
+  auto stage = loadTorchScriptStage(file, false);
+  const at::Tensor x = torch::ones({2, 4});
+  if (passes) {
+    CHECK(torch::equal(stage->infer(x), x * 2));
+  } else {
+    CHECK_THROWS_WITH(stage->infer(x), Catch::Contains("a stage passes on a Tensor, the first element of a tuple"));
+  }
+  std::filesystem::remove(file);
 }

@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include "stages/electra.h"
-#include "stages/model_source.h"
+#include "stages/models/electra.h"
+#include "stages/models/model_source.h"
 #include "stages/objective.h"
 
 using namespace skytrain::stages;

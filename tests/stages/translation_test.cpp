@@ -10,9 +10,9 @@
 #include <fstream>
 #include <map>
 
-#include "stages/model_source.h"
+#include "stages/models/model_source.h"
 #include "stages/parallel_data.h"
-#include "stages/translation.h"
+#include "stages/models/translation.h"
 #include "stages/weights.h"
 
 using namespace skytrain::stages;

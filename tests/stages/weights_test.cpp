@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "scheduler/error.h"
-#include "stages/gpt.h"
+#include "stages/models/gpt.h"
 #include "stages/weights.h"
 
 using namespace skytrain;

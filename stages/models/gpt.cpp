@@ -1,9 +1,9 @@
-#include "stages/gpt.h"
+#include "stages/models/gpt.h"
 
 #include <torch/torch.h>
 
 #include "scheduler/error.h"
-#include "stages/gpt_modules.h"
+#include "stages/models/gpt_modules.h"
 #include "stages/module_stage.h"
 
 namespace skytrain::stages {
@@ -72,9 +72,10 @@ int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
   if (c.crossAttention) block += 2 * d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d);
   if (c.adapter > 0) block += (c.crossAttention ? 3 : 2) * (2 * d * c.adapter + c.adapter + d);
   int64_t count = block * (lastLayer - firstLayer);
-  if (firstLayer == 0) count += c.vocabSize * d + c.seqLen * d;
+  if (firstLayer == 0) count += c.vocabSize * d + int64_t{c.positions > 0 ? c.positions : c.seqLen} * d;
   if (lastLayer == c.layers) count += 2 * d;
-  if (lastLayer == c.layers && c.head) count += c.outputs > 0 ? (d + 1) * c.outputs : d * c.vocabSize;
+  const bool tiedHere = c.tieEmbeddings && firstLayer == 0;
+  if (lastLayer == c.layers && c.head && !tiedHere) count += c.outputs > 0 ? (d + 1) * c.outputs : d * c.vocabSize;
   return count;
 }
 

@@ -1,4 +1,4 @@
-#include "stages/torchscript_stage.h"
+#include "stages/models/torchscript_stage.h"
 
 #include <torch/script.h>
 
@@ -8,9 +8,24 @@
 namespace skytrain::stages {
 namespace {
 
+// What a stage passes on from what its method returned: a Tensor; from a tuple or list
+// (nanoGPT's `(logits, loss)`) its first element; from a dict its "logits" entry (Hugging
+// Face's outputs traced with return_dict). Anything else is refused naming what came back.
 at::Tensor asTensor(const c10::IValue& value, const char* method) {
-  if (!value.isTensor()) throw Error(std::string(method) + " returned " + value.tagKind() + ", not a Tensor");
-  return value.toTensor();
+  if (value.isTensor()) return value.toTensor();
+  if (value.isTuple() && !value.toTupleRef().elements().empty() && value.toTupleRef().elements()[0].isTensor()) {
+    return value.toTupleRef().elements()[0].toTensor();
+  }
+  if (value.isList() && value.toListRef().size() > 0 && value.toListRef()[0].isTensor()) return value.toListRef()[0].toTensor();
+  if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      if (entry.key().isString() && entry.key().toStringRef() == "logits" && entry.value().isTensor()) {
+        return entry.value().toTensor();
+      }
+    }
+  }
+  throw Error(std::string(method) + " returned " + value.tagKind() +
+              ": a stage passes on a Tensor, the first element of a tuple or list, or a dict's \"logits\"");
 }
 
 }  // namespace

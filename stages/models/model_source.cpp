@@ -1,4 +1,4 @@
-#include "stages/model_source.h"
+#include "stages/models/model_source.h"
 
 #include <torch/torch.h>
 
@@ -6,11 +6,11 @@
 #include <map>
 
 #include "scheduler/error.h"
-#include "stages/electra.h"
+#include "stages/models/electra.h"
 #include "stages/labelled_data.h"
 #include "stages/parallel_data.h"
-#include "stages/torchscript_stage.h"
-#include "stages/translation.h"
+#include "stages/models/torchscript_stage.h"
+#include "stages/models/translation.h"
 
 namespace skytrain::stages {
 namespace {
@@ -30,6 +30,12 @@ Options dataOptions(const DataConfig& config) {
   return options;
 }
 
+// Tied embeddings cut across stages: the first stage's embedding and the last's head.
+std::vector<TiedPair> tiedEnds(bool tied, size_t stages) {
+  if (!tied || stages < 2) return {};
+  return {{0, "tok_emb.weight", static_cast<int>(stages) - 1, "head.weight"}};
+}
+
 at::Tensor classificationLoss(const at::Tensor& logits, const at::Tensor& labels) {
   return torch::nn::functional::cross_entropy(logits.mean(1), labels);
 }
@@ -41,7 +47,9 @@ class GptSource : public ModelSource {
   // The classifier: the encoder with a head over the labels, its logits averaged over the
   // sequence (a linear head on mean-pooled features), trained with cross-entropy.
   explicit GptSource(ModelConfig config) : c_(std::move(config)) {
-    c_.gpt.causal = c_.kind == "gpt";
+    c_.gpt.causal = c_.kind == "gpt" || c_.kind == "gpt2";
+    c_.gpt.geluTanh = c_.kind == "gpt2";
+    if (c_.kind != "gpt2") c_.gpt.positions = 0, c_.gpt.tieEmbeddings = false;
     if (c_.kind == "classifier") {
       c_.gpt.outputs = c_.classes;
       c_.gpt.headName = "classifier";
@@ -77,6 +85,33 @@ class GptSource : public ModelSource {
     }
     return makeLanguageModelObjective();
   }
+  std::vector<TiedPair> tied() const override { return tiedEnds(c_.gpt.tieEmbeddings, c_.stages.size()); }
+
+ private:
+  ModelConfig c_;
+};
+
+// The LLaMA family, cut by layer range like gpt.
+class LlamaSource : public ModelSource {
+ public:
+  explicit LlamaSource(ModelConfig config) : c_(std::move(config)) {}
+
+  std::unique_ptr<Stage> build(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return makeLlamaStage(c_.llama, s.firstLayer, s.lastLayer, c_.seed);
+  }
+  std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
+    return llamaInputShape(c_.llama, c_.stages.at(stage).firstLayer, samples);
+  }
+  double weightBytes(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return 4.0 * static_cast<double>(llamaParameterCount(c_.llama, s.firstLayer, s.lastLayer));
+  }
+  double stashBytesPerSample(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return llamaStashBytesPerSample(c_.llama, s.firstLayer, s.lastLayer);
+  }
+  std::vector<TiedPair> tied() const override { return tiedEnds(c_.llama.tieEmbeddings, c_.stages.size()); }
 
  private:
   ModelConfig c_;
@@ -94,6 +129,7 @@ class TorchScriptSource : public ModelSource {
     const bool last = stage + 1 == static_cast<int>(c_.stages.size());
     const bool moduleLoss = last && c_.loss == "module";
     auto built = loadTorchScriptStage(file, moduleLoss);
+    checkTied(*built, stage);
     const auto input = inputShape(stage, 2);
     const at::Tensor probe = stage == 0 ? torch::zeros(input, torch::kLong) : torch::zeros(input);
     const std::string what = file + " (stage " + std::to_string(stage) + "): forward on " +
@@ -144,8 +180,32 @@ class TorchScriptSource : public ModelSource {
     return ec ? 0.0 : static_cast<double>(size);
   }
   double stashBytesPerSample(int) const override { return 0; }
+  std::vector<TiedPair> tied() const override {
+    std::vector<TiedPair> out;
+    const int last = static_cast<int>(c_.stages.size()) - 1;
+    for (const auto& [first, second] : c_.tied) {
+      if (last > 0) out.push_back({0, first, last, second});
+    }
+    return out;
+  }
 
  private:
+  // A tied name the stage should hold (model.tied) is in its module.
+  void checkTied(const Stage& built, int stage) const {
+    const int last = static_cast<int>(c_.stages.size()) - 1;
+    for (const auto& [first, second] : c_.tied) {
+      for (const auto& [holder, name] : {std::make_pair(0, first), std::make_pair(last, second)}) {
+        if (holder != stage) continue;
+        bool found = false;
+        for (const auto& [each, tensor] : built.namedParameters()) found = found || each == name;
+        if (!found) {
+          throw Error(c_.stages.at(stage).module + " (stage " + std::to_string(stage) + "): model.tied names \"" + name +
+                      "\", which is not a parameter of this module");
+        }
+      }
+    }
+  }
+
   ModelConfig c_;
 };
 
@@ -246,6 +306,8 @@ const std::map<std::string, Factory>& registry() {
       {"classifier", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"encoder", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"gpt", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
+      {"gpt2", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
+      {"llama", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<LlamaSource>(c); }},
       {"translation",
        [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<TranslationSource>(c); }},
       {"torchscript",

@@ -1,6 +1,6 @@
 // The zoo's torch::nn modules: attention, adapters, transformer blocks (whole, with a
 // split point, with cross-attention) and a slice of the stack. Internal to the stages
-// library (it includes Torch): stages/gpt.h and stages/translation.h are the interfaces.
+// library (it includes Torch): stages/models/gpt.h and stages/models/translation.h are the interfaces.
 #pragma once
 
 #include <torch/torch.h>
@@ -9,11 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "stages/gpt.h"
+#include "stages/models/gpt.h"
 
 namespace skytrain::stages::detail {
 
 namespace nn = torch::nn;
+
+// A weight drawn from N(0, std²) by a generator seeded from (seed, name) alone.
+at::Tensor drawWeight(const std::string& name, const std::vector<int64_t>& shape, double std, uint64_t seed);
+// GELU, exact (erf) or with GPT-2's tanh approximation.
+torch::Tensor gelu(const torch::Tensor& x, bool tanh);
 
 // Multi-head attention of queries from x over keys and values from `memory` (self-attention
 // when memory is x): qkv (self) or q + kv (cross) projections, then proj.
@@ -49,6 +54,7 @@ struct Block : BlockBase {
   torch::Tensor forward(torch::Tensor x, const torch::Tensor& memory) override;
 
   double dropout;
+  bool geluTanh;
   nn::LayerNorm ln1{nullptr}, lnCross{nullptr}, ln2{nullptr};
   std::shared_ptr<Attention> attn, cross;
   std::shared_ptr<Adapter> adapterAttn, adapterCross, adapterMlp;
@@ -73,6 +79,7 @@ struct FactoredBlock : BlockBase {
   bool front, back;
   int64_t dModel;
   double dropout;
+  bool geluTanh;
   nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   std::shared_ptr<Attention> attn;
   nn::Linear fc{nullptr}, proj{nullptr}, v{nullptr}, s{nullptr}, u{nullptr};
@@ -94,6 +101,7 @@ struct GptSlice : nn::Module {
   std::vector<std::shared_ptr<BlockBase>> blocks;
   nn::LayerNorm lnF{nullptr};
   nn::Linear head{nullptr};
+  bool tiedHead = false;  // the head is tok's matrix (tied embeddings, both ends in this slice)
 };
 
 // GPT-2 initialisation of every parameter from (seed, its name within the slice) alone;

@@ -4,7 +4,7 @@
 
 #include "stages/bleu.h"
 #include "stages/parallel_data.h"
-#include "stages/translation.h"
+#include "stages/models/translation.h"
 
 namespace skytrain::stages {
 namespace {

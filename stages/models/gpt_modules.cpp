@@ -1,4 +1,4 @@
-#include "stages/gpt_modules.h"
+#include "stages/models/gpt_modules.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <xxhash.h>
@@ -18,13 +18,15 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+}  // namespace
+
 at::Tensor drawWeight(const std::string& name, const std::vector<int64_t>& shape, double std, uint64_t seed) {
   const uint64_t tensorSeed = XXH64(name.data(), name.size(), seed);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(tensorSeed);
   return torch::empty(shape).normal_(0.0, std, generator);
 }
 
-}  // namespace
+torch::Tensor gelu(const torch::Tensor& x, bool tanh) { return tanh ? torch::gelu(x, "tanh") : torch::gelu(x); }
 
 Attention::Attention(const GptConfig& c, bool cross) : heads(c.heads), dropout(c.dropout), causal(c.causal && !cross) {
   if (cross) {
@@ -65,7 +67,7 @@ Adapter::Adapter(int64_t width, int64_t bottleneck) {
 
 torch::Tensor Adapter::forward(const torch::Tensor& h) { return h + linear(*up, torch::gelu(linear(*down, h))); }
 
-Block::Block(const GptConfig& c) : dropout(c.dropout) {
+Block::Block(const GptConfig& c) : dropout(c.dropout), geluTanh(c.geluTanh) {
   ln1 = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
   attn = register_module("attn", std::make_shared<Attention>(c, false));
   if (c.crossAttention) {
@@ -90,12 +92,12 @@ torch::Tensor Block::forward(torch::Tensor x, const torch::Tensor& memory) {
     auto c = cross->forward(lnCross->forward(x), memory);
     x = x + (adapterCross ? adapterCross->forward(c) : c);
   }
-  auto h = torch::dropout(linear(*proj, torch::gelu(linear(*fc, ln2->forward(x)))), dropout, is_training());
+  auto h = torch::dropout(linear(*proj, gelu(linear(*fc, ln2->forward(x)), geluTanh)), dropout, is_training());
   return x + (adapterMlp ? adapterMlp->forward(h) : h);
 }
 
 FactoredBlock::FactoredBlock(const GptConfig& c, int index, bool front, bool back)
-    : split(c.split), index(index), front(front), back(back), dModel(c.dModel), dropout(c.dropout) {
+    : split(c.split), index(index), front(front), back(back), dModel(c.dModel), dropout(c.dropout), geluTanh(c.geluTanh) {
   const bool fcSplit = split.layer == SplitPoint::Layer::Fc;
   const int in = fcSplit ? c.dModel : c.dFf, out = fcSplit ? c.dFf : c.dModel, r = split.rank;
   const std::string name = fcSplit ? "fc" : "proj";
@@ -119,7 +121,7 @@ torch::Tensor FactoredBlock::forward(torch::Tensor x, const torch::Tensor&) {
     x = x + attn->forward(ln1->forward(x), {});
     residual = x;
     auto h = ln2->forward(x);
-    if (fc) h = torch::gelu(linear(*fc, h));
+    if (fc) h = gelu(linear(*fc, h), geluTanh);
     x = linear(*v, h);
     if (!back) return split.keepResidual ? torch::cat({x, residual}, -1) : x;
   } else if (split.keepResidual) {
@@ -127,7 +129,7 @@ torch::Tensor FactoredBlock::forward(torch::Tensor x, const torch::Tensor&) {
     x = x.narrow(-1, 0, split.rank);
   }
   auto h = linear(*u, linear(*s, x));
-  if (proj) h = linear(*proj, torch::gelu(h));
+  if (proj) h = linear(*proj, gelu(h, geluTanh));
   h = torch::dropout(h, dropout, is_training());
   return split.keepResidual ? residual + h : h;
 }
@@ -157,7 +159,7 @@ std::string FactoredBlock::layerName() const {
 GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout) {
   if (first == 0) {
     tok = register_module("tok_emb", nn::Embedding(c.vocabSize, c.dModel));
-    pos = register_parameter("pos_emb", torch::zeros({c.seqLen, c.dModel}));
+    pos = register_parameter("pos_emb", torch::zeros({c.positions > 0 ? c.positions : c.seqLen, c.dModel}));
   }
   const int k = c.split.block;
   auto add = [this](int index, std::shared_ptr<BlockBase> block) {
@@ -176,7 +178,9 @@ GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout)
   }
   if (last == c.layers) {
     lnF = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
-    if (c.head) {
+    if (c.head && c.tieEmbeddings && tok) {
+      tiedHead = true;  // the head is the embedding's own matrix
+    } else if (c.head) {
       head = register_module(c.headName, nn::Linear(nn::LinearOptions(c.dModel, c.outputs > 0 ? c.outputs : c.vocabSize)
                                                         .bias(c.outputs > 0)));
     }
@@ -185,6 +189,7 @@ GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout)
 
 torch::Tensor GptSlice::forward(const torch::Tensor& input, const torch::Tensor& memory) {
   torch::Tensor x = features(input, memory);
+  if (tiedHead) return torch::linear(x, tok->weight);
   return head ? linear(*head, x) : x;
 }
 
@@ -216,7 +221,9 @@ void initialise(GptSlice& slice, const GptConfig& c, uint64_t seed) {
     } else if (endsWith(name, "bias") || endsWith(name, ".up.weight") || endsWith(name, "cross.proj.weight")) {
       p.zero_();
     } else {
-      p.copy_(drawWeight(name, p.sizes().vec(), endsWith(name, "proj.weight") ? residualStd : 0.02, seed));
+      // A tied head starts as the embedding it copies: drawn under the embedding's name.
+      const std::string drawn = c.tieEmbeddings && name == c.headName + ".weight" ? "tok_emb.weight" : name;
+      p.copy_(drawWeight(drawn, p.sizes().vec(), endsWith(name, "proj.weight") ? residualStd : 0.02, seed));
     }
   }
   if (!c.split.enabled()) return;
@@ -234,6 +241,11 @@ void validate(const GptConfig& c, int first, int last) {
   if (c.vocabSize < 1 || c.dModel < 1 || c.heads < 1 || c.layers < 1 || c.dFf < 1 || c.seqLen < 1 || c.adapter < 0) {
     throw Error("gpt: every size must be positive");
   }
+  if (c.positions > 0 && c.positions < c.seqLen) {
+    throw Error("gpt: seq_len " + std::to_string(c.seqLen) + " exceeds the model's " + std::to_string(c.positions) +
+                " positions");
+  }
+  if (c.tieEmbeddings && (c.outputs > 0 || !c.head)) throw Error("gpt: only a vocabulary head can be tied to the embedding");
   if (c.dModel % c.heads != 0) {
     throw Error("gpt: d_model " + std::to_string(c.dModel) + " is not divisible by heads " +
                 std::to_string(c.heads));

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "stages/gpt.h"
+#include "stages/models/gpt.h"
+#include "stages/models/llama.h"
 #include "stages/objective.h"
 #include "stages/stage.h"
 #include "stages/text_data.h"
@@ -27,6 +28,7 @@ struct StageSource {
 struct ModelConfig {
   std::string kind = "gpt";
   GptConfig gpt;  // the zoo's sizes (ELECTRA: the discriminator's); torchscript uses only vocabSize and seqLen
+  LlamaConfig llama;  // llama: the same sizes with the family's own fields
   GptConfig generator;  // ELECTRA: each generator's sizes
   std::string loss = "cross_entropy";  // or "module": the last TorchScript stage's loss()
   int classes = 0;  // classifier: the number of labels
@@ -34,6 +36,9 @@ struct ModelConfig {
   std::vector<StageSource> stages;
   uint64_t seed = 0;
   double maskRate = 0.15;  // masked models: the share of positions masked
+  // torchscript: parameters the first stage's module and the last's hold as one matrix
+  // ({first stage's name, last stage's name}), kept equal as tied embeddings are.
+  std::vector<std::pair<std::string, std::string>> tied;
 };
 
 // The job's data, as a model source's data source takes it.
@@ -47,6 +52,16 @@ struct DataConfig {
   int seqLen = 64;
   int vocabSize = 0;
   uint64_t seed = 0;
+};
+
+// One matrix that two stages hold a copy of (tied embeddings: the first stage's input
+// embedding and the last stage's head). The runner sums the two gradients every step, so
+// the copies stay bit-identical.
+struct TiedPair {
+  int firstStage = 0;
+  std::string firstName;
+  int secondStage = 0;
+  std::string secondName;
 };
 
 class ModelSource {
@@ -75,12 +90,16 @@ class ModelSource {
   // The objective of this kind (objective.h) over the data source stage i reads; `data` is
   // null on a stage that reads none (a chain's middle, a fan-in's consumer).
   virtual std::unique_ptr<Objective> objective(const DataSource* data) const { return makeLanguageModelObjective(); }
+  // The matrices two stages share (none: every parameter lives on one stage).
+  virtual std::vector<TiedPair> tied() const { return {}; }
 };
 
-// The registry of model kinds: "gpt" (the zoo's decoder), "encoder" (the same blocks,
+// The registry of model kinds: "gpt" (the zoo's decoder), "gpt2" (the same blocks as GPT-2
+// has them: tanh GELU, a position table of its own length, tied embeddings), "llama"
+// (stages/models/llama.h), "encoder" (the same blocks,
 // bidirectional, with an MLM head), "classifier" (the encoder with a head over labels,
 // pooled over the sequence), "electra" (generators feeding one discriminator: a fan-in),
-// "translation" (an encoder stage and a decoder stage, stages/translation.h) and
+// "translation" (an encoder stage and a decoder stage, stages/models/translation.h) and
 // "torchscript". Throws
 // skytrain::Error listing the valid kinds on an unknown one.
 std::unique_ptr<ModelSource> makeModelSource(const ModelConfig& config);

@@ -1,9 +1,9 @@
-#include "stages/translation.h"
+#include "stages/models/translation.h"
 
 #include <torch/torch.h>
 
 #include "scheduler/error.h"
-#include "stages/gpt_modules.h"
+#include "stages/models/gpt_modules.h"
 #include "stages/module_stage.h"
 
 namespace skytrain::stages {

@@ -1,4 +1,4 @@
-#include "stages/electra.h"
+#include "stages/models/electra.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>

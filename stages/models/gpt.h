@@ -43,6 +43,11 @@ struct GptConfig {
   bool head = true;     // false: the last stage outputs ln_f of the last block (an encoder's memory)
   int adapter = 0;      // bottleneck width of an adapter on every sub-layer's output; 0: none
   bool crossAttention = false;  // a decoder block attends to an encoder's output (translation)
+  int positions = 0;     // rows of the learned position table; 0: seqLen (GPT-2: 1024)
+  bool geluTanh = false;  // GELU with the tanh approximation (GPT-2's "gelu_new")
+  // The vocabulary head is the token embedding's matrix: one tensor in a stage holding both
+  // ends; else the last stage's head starts as a copy and the runner keeps the two equal.
+  bool tieEmbeddings = false;
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "stages/gpt.h"
+#include "stages/models/gpt.h"
 #include "stages/objective.h"
 #include "stages/stage.h"
 
