@@ -98,9 +98,9 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
     protocol::ModelSpec model;
     if (hf) {
       model = protocol::parseJobSpec(status.value("spec", std::string())).model;
-      if (!protocol::hasHfLayout(model.kind)) {
+      if (!protocol::hasHfLayout(model)) {
         throw Error("job " + job + " trains model.kind \"" + model.kind +
-                    "\", which has no Hugging Face layout (llama and gpt2 have): export it as safetensors");
+                    "\", which has no Hugging Face layout (llama, gpt2 and the bert layout have): export it as safetensors");
       }
     }
     if (step >= 0) {

@@ -104,8 +104,8 @@ uint64_t parseByteSize(const std::string& text) {
 
 HfExport writeHfDirectory(const protocol::ModelSpec& model, const std::string& merged, const std::string& dir,
                           uint64_t shardBytes) {
-  if (!protocol::hasHfLayout(model.kind)) {
-    throw Error("model.kind \"" + model.kind + "\" has no Hugging Face layout (llama and gpt2 have): export it as safetensors");
+  if (!protocol::hasHfLayout(model)) {
+    throw Error("model.kind \"" + model.kind + "\" has no Hugging Face layout (llama, gpt2 and the bert layout have): export it as safetensors");
   }
   std::error_code ec;
   const auto status = fs::symlink_status(dir, ec);

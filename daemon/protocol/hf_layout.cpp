@@ -57,6 +57,54 @@ const std::vector<Row>& gpt2Rows() {
   return rows;
 }
 
+// BERT's names inside "bert." (BertModel's own files have none; the MLM head is outside it).
+const std::vector<Row>& bertRows() {
+  static const std::vector<Row> rows{
+      {"tok_emb.weight", "embeddings.word_embeddings.weight"},
+      {"pos_emb.weight", "embeddings.position_embeddings.weight"},
+      {"type_emb.weight", "embeddings.token_type_embeddings.weight"},
+      {"emb_ln.weight", "embeddings.LayerNorm.weight"},
+      {"emb_ln.bias", "embeddings.LayerNorm.bias"},
+      {"block{i}.attn.q.weight", "encoder.layer.{i}.attention.self.query.weight"},
+      {"block{i}.attn.q.bias", "encoder.layer.{i}.attention.self.query.bias"},
+      {"block{i}.attn.k.weight", "encoder.layer.{i}.attention.self.key.weight"},
+      {"block{i}.attn.k.bias", "encoder.layer.{i}.attention.self.key.bias"},
+      {"block{i}.attn.v.weight", "encoder.layer.{i}.attention.self.value.weight"},
+      {"block{i}.attn.v.bias", "encoder.layer.{i}.attention.self.value.bias"},
+      {"block{i}.attn.o.weight", "encoder.layer.{i}.attention.output.dense.weight"},
+      {"block{i}.attn.o.bias", "encoder.layer.{i}.attention.output.dense.bias"},
+      {"block{i}.ln1.weight", "encoder.layer.{i}.attention.output.LayerNorm.weight"},
+      {"block{i}.ln1.bias", "encoder.layer.{i}.attention.output.LayerNorm.bias"},
+      {"block{i}.fc.weight", "encoder.layer.{i}.intermediate.dense.weight"},
+      {"block{i}.fc.bias", "encoder.layer.{i}.intermediate.dense.bias"},
+      {"block{i}.proj.weight", "encoder.layer.{i}.output.dense.weight"},
+      {"block{i}.proj.bias", "encoder.layer.{i}.output.dense.bias"},
+      {"block{i}.ln2.weight", "encoder.layer.{i}.output.LayerNorm.weight"},
+      {"block{i}.ln2.bias", "encoder.layer.{i}.output.LayerNorm.bias"},
+  };
+  return rows;
+}
+
+const std::vector<Row>& bertHeadRows() {
+  static const std::vector<Row> rows{
+      {"mlm.dense.weight", "cls.predictions.transform.dense.weight"},
+      {"mlm.dense.bias", "cls.predictions.transform.dense.bias"},
+      {"mlm.ln.weight", "cls.predictions.transform.LayerNorm.weight"},
+      {"mlm.ln.bias", "cls.predictions.transform.LayerNorm.bias"},
+      {"mlm.bias", "cls.predictions.bias"},
+      {"classifier.weight", "classifier.weight"},
+      {"classifier.bias", "classifier.bias"},
+  };
+  return rows;
+}
+
+// "llama", "gpt2", "bert" (the encoder and classifier in the bert layout), or "".
+std::string family(const ModelSpec& m) {
+  if (m.kind == "llama" || m.kind == "gpt2") return m.kind;
+  if ((m.kind == "encoder" || m.kind == "classifier") && m.layout == "bert") return "bert";
+  return "";
+}
+
 // The HF name of `name` under `row`, or nothing when the row does not match it.
 std::optional<std::string> apply(const Row& row, const std::string& name) {
   const std::string from = row.skytrain, to = row.hf;
@@ -115,9 +163,14 @@ class ConfigCheck {
 
 }  // namespace
 
-bool hasHfLayout(const std::string& kind) { return kind == "llama" || kind == "gpt2"; }
+bool hasHfLayout(const ModelSpec& model) { return !family(model).empty(); }
 
 std::vector<HfName> hfNames(const ModelSpec& model, const std::string& name) {
+  if (family(model) == "bert") {
+    if (name == "head.weight") return lookup(bertRows(), "tok_emb.weight", "bert.");
+    auto head = lookup(bertHeadRows(), name, "");
+    return head.empty() ? lookup(bertRows(), name, "bert.") : head;
+  }
   if (model.kind == "llama") {
     if (name == "head.weight" && model.tieEmbeddings) return lookup(llamaRows(), "tok_emb.weight", "");
     return lookup(llamaRows(), name, "");
@@ -133,18 +186,30 @@ std::vector<HfName> hfNames(const ModelSpec& model, const std::string& name) {
 }
 
 bool hfExported(const ModelSpec& model, const std::string& name) {
-  return !hfNames(model, name).empty() && !(name == "head.weight" && model.tieEmbeddings);
+  return !hfNames(model, name).empty() && !(name == "head.weight" && (model.tieEmbeddings || family(model) == "bert"));
 }
 
 std::vector<std::string> checkHfConfig(const ModelSpec& m, const json& config) {
   ConfigCheck c(config);
   if (!config.is_object()) return {"config.json is not a JSON object"};
   const std::string type = c.field("model_type", "").is_string() ? c.field("model_type", "").get<std::string>() : "";
-  if (type != m.kind) {
-    c.add("model_type", c.field("model_type", nullptr), "\"" + m.kind + "\" (model.kind)");
+  if (type != family(m)) {
+    c.add("model_type", c.field("model_type", nullptr), "\"" + family(m) + "\" (model.kind" +
+                                                            (family(m) == "bert" ? " and layout)" : ")"));
     return c.problems;
   }
-  if (m.kind == "llama") {
+  if (type == "bert") {
+    c.equal("vocab_size", 30522, m.vocabSize);
+    c.equal("hidden_size", 768, m.dModel);
+    c.equal("num_hidden_layers", 12, m.layers);
+    c.equal("num_attention_heads", 12, m.heads);
+    c.equal("intermediate_size", 3072, m.dFf);
+    c.equal("max_position_embeddings", 512, m.positions > 0 ? m.positions : m.seqLen);
+    c.equal("type_vocab_size", 2, m.typeVocab);
+    c.equal("layer_norm_eps", 1e-12, m.normEps);
+    c.equal("hidden_act", "gelu", "gelu", "\"gelu\" (exact GELU)");
+    c.equal("position_embedding_type", "absolute", "absolute", "\"absolute\" (a learned position table)");
+  } else if (type == "llama") {
     c.equal("vocab_size", 32000, m.vocabSize);
     c.equal("hidden_size", 4096, m.dModel);
     c.equal("intermediate_size", 11008, m.dFf);
@@ -176,6 +241,22 @@ std::vector<std::string> checkHfConfig(const ModelSpec& m, const json& config) {
 }
 
 json hfConfig(const ModelSpec& m, const std::string& torchDtype) {
+  if (family(m) == "bert") {
+    return {{"architectures", {m.kind == "classifier" ? "BertForSequenceClassification" : "BertForMaskedLM"}},
+            {"model_type", "bert"},
+            {"vocab_size", m.vocabSize},
+            {"hidden_size", m.dModel},
+            {"num_hidden_layers", m.layers},
+            {"num_attention_heads", m.heads},
+            {"intermediate_size", m.dFf},
+            {"hidden_act", "gelu"},
+            {"max_position_embeddings", m.positions > 0 ? m.positions : m.seqLen},
+            {"type_vocab_size", m.typeVocab},
+            {"layer_norm_eps", m.normEps},
+            {"position_embedding_type", "absolute"},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", torchDtype}};
+  }
   if (m.kind == "llama") {
     return {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},

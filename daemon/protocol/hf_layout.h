@@ -1,5 +1,6 @@
 // The Hugging Face layout of the zoo's `llama` and `gpt2` kinds (LlamaForCausalLM,
-// GPT2LMHeadModel): one table per family maps a skytrain parameter name to the
+// GPT2LMHeadModel) and of the encoder and classifier in the bert layout (BertForMaskedLM,
+// BertModel, BertForSequenceClassification): one table per family maps a skytrain parameter name to the
 // checkpoint's, a spec is checked against a checkpoint's config.json, and config.json is
 // written for export. No Torch: the CLI writes exports with it, the daemon reads imports.
 #pragma once
@@ -17,8 +18,9 @@ struct HfName {
   bool transposed = false;  // GPT-2's Conv1D stores a linear layer's weight as [in, out]
 };
 
-// Whether model.kind has a Hugging Face layout.
-bool hasHfLayout(const std::string& kind);
+// Whether the model has a Hugging Face layout: llama, gpt2, and the encoder and classifier
+// in the bert layout.
+bool hasHfLayout(const ModelSpec& model);
 
 // The names a skytrain parameter may have in a checkpoint, preferred first (GPT-2's files
 // come with and without the "transformer." prefix); empty: not part of the layout. A tied

@@ -62,16 +62,27 @@ ModelSpec parseModel(ObjectReader r) {
     throw SpecError(r.pathOf("loss"), "unknown loss \"" + m.loss + "\" (valid: cross_entropy" +
                                           (m.kind == "torchscript" ? ", module)" : "; module needs kind torchscript)"));
   }
+  if (m.kind == "encoder" || m.kind == "classifier") {
+    m.layout = r.string("layout", m.layout);
+    if (m.layout != "gpt" && m.layout != "bert") {
+      throw SpecError(r.pathOf("layout"), "unknown layout \"" + m.layout + "\" (valid: gpt, bert)");
+    }
+  }
+  const bool bert = m.layout == "bert";
+  if (bert) m.normEps = 1e-12;
+  // The presets of a kind: its own, and BERT's for the bert layout.
+  const std::string presetKind = bert ? "bert" : m.kind;
   if (const json* preset = r.child("preset", false)) {
     const std::string name = preset->is_string() ? preset->get<std::string>() : "";
     const ModelPreset* p = findPreset(name);
-    if (!p || p->kind != m.kind) {
+    if (!p || p->kind != presetKind) {
       std::string valid;
       for (const auto& each : modelPresets()) {
-        if (each.kind == m.kind) valid += (valid.empty() ? "" : ", ") + each.name;
+        if (each.kind == presetKind) valid += (valid.empty() ? "" : ", ") + each.name;
       }
-      throw SpecError(r.pathOf("preset"), describe(*preset) + " is not a preset of kind \"" + m.kind + "\" (valid: " +
-                                               (valid.empty() ? "none" : valid) + ")");
+      throw SpecError(r.pathOf("preset"), describe(*preset) + " is not a preset of " +
+                                               (bert ? std::string("the bert layout") : "kind \"" + m.kind + "\"") +
+                                               " (valid: " + (valid.empty() ? "none" : valid) + ")");
     }
     m.preset = p->name;
     m.vocabSize = p->vocabSize, m.dModel = p->dModel, m.heads = p->heads, m.kvHeads = p->kvHeads;
@@ -104,7 +115,12 @@ ModelSpec parseModel(ObjectReader r) {
     m.ropeTheta = r.number("rope_theta", m.ropeTheta, 1.0, 1e12);
     m.normEps = r.number("norm_eps", m.normEps, 1e-12, 0.1);
   }
-  if (m.kind == "gpt2" || m.kind == "llama") {
+  if (bert) {
+    m.tieEmbeddings = m.kind == "encoder";  // the MLM decoder is the word embeddings
+    m.typeVocab = static_cast<int>(r.integer("type_vocab", m.typeVocab, 1, 1024));
+    m.normEps = r.number("norm_eps", m.normEps, 1e-14, 0.1);
+  }
+  if (m.kind == "gpt2" || m.kind == "llama" || bert) {
     m.positions = static_cast<int>(r.integer("positions", m.positions > 0 ? m.positions : m.seqLen, 1, 1 << 24));
     if (m.positions < m.seqLen) {
       throw SpecError(r.pathOf("seq_len"), "seq_len " + std::to_string(m.seqLen) + " exceeds the model's " +
@@ -168,9 +184,12 @@ ModelSpec parseModel(ObjectReader r) {
   if (const auto* split = r.child("split_point", false)) {
     m.splitPoint = parseSplitPoint(ObjectReader(*split, r.pathOf("split_point")), m);
   }
-  if (m.kind == "llama") {  // the zoo's LLaMA blocks have neither (stages/models/llama.h)
+  if (m.kind == "llama" || bert) {  // these blocks have neither (stages/models/llama.h, bert.h)
     for (const char* field : {"adapter", "split_point", "dropout"}) {
-      if (r.has(field)) throw SpecError(r.pathOf(field), "is not available for model.kind \"llama\"");
+      if (r.has(field)) {
+        throw SpecError(r.pathOf(field), std::string("is not available for ") +
+                                             (bert ? "the bert layout" : "model.kind \"llama\""));
+      }
     }
   }
   r.finish();

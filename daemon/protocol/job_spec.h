@@ -50,6 +50,9 @@ inline const std::vector<std::string>& modelKinds() {
 struct ModelSpec {
   std::string kind = "gpt";
   std::string preset;  // a named size (model_presets.h) the fields below start from; empty: none
+  // encoder, classifier: "gpt" (the zoo's pre-norm blocks) or "bert" (BERT's exact layout).
+  std::string layout = "gpt";
+  int typeVocab = 2;  // bert layout: token types (segments)
   std::string loss = "cross_entropy";  // or "module": the last TorchScript stage's loss()
   int vocabSize = 256;
   int dModel = 128;
@@ -62,7 +65,7 @@ struct ModelSpec {
   int kvHeads = 0;
   double ropeTheta = 10000.0;
   double normEps = 1e-5;
-  // gpt2: rows of the learned position table; llama: the context the model is made for
+  // gpt2, bert: rows of the learned position table; llama: the context the model is made for
   // (config.json's max_position_embeddings). Default: seq_len, which may be shorter.
   int positions = 0;
   // llama, gpt2: the output head is the token embedding's matrix (gpt2's default: true).

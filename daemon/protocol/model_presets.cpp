@@ -17,6 +17,9 @@ const std::vector<ModelPreset>& modelPresets() {
       {"llama-1b", "llama", 128256, 2048, 32, 8, 16, 8192, 8192, 8192, 500000.0, true},
       {"llama-7b", "llama", 32000, 4096, 32, 32, 32, 11008, 4096, 4096, 10000.0, false},
       {"llama-8b", "llama", 128256, 4096, 32, 8, 32, 14336, 8192, 8192, 500000.0, false},
+      // BERT (Devlin et al. 2019): the encoder and classifier kinds with "layout": "bert".
+      {"bert-base", "bert", 30522, 768, 12, 12, 12, 3072, 512, 512, 10000.0, true},
+      {"bert-large", "bert", 30522, 1024, 16, 16, 24, 4096, 512, 512, 10000.0, true},
   };
   return presets;
 }

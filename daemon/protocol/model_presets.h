@@ -9,7 +9,7 @@ namespace skytrain::protocol {
 
 struct ModelPreset {
   std::string name;
-  std::string kind;  // "gpt2" or "llama"
+  std::string kind;  // "gpt2", "llama", or "bert" (the encoder and classifier's bert layout)
   int vocabSize = 0;
   int dModel = 0;
   int heads = 0;

@@ -18,9 +18,9 @@ std::string joined(const std::vector<std::string>& items) {
 }
 
 nlohmann::json loadHfDirectory(stages::Stage& stage, const protocol::ModelSpec& model, const std::string& dir) {
-  if (!protocol::hasHfLayout(model.kind)) {
+  if (!protocol::hasHfLayout(model)) {
     throw Error("init_from " + dir + " is a Hugging Face model directory; model.kind \"" + model.kind +
-                "\" has no Hugging Face layout (llama and gpt2 have)");
+                "\" has no Hugging Face layout (llama, gpt2 and the bert layout have)");
   }
   stages::HfCheckpoint checkpoint(dir);
   const auto config = nlohmann::json::parse(checkpoint.configText(), nullptr, false);

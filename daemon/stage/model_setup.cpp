@@ -27,6 +27,20 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   return c;
 }
 
+stages::BertConfig bertConfig(const protocol::ModelSpec& m) {
+  stages::BertConfig c;
+  c.vocabSize = m.vocabSize;
+  c.dModel = m.dModel;
+  c.heads = m.heads;
+  c.layers = m.layers;
+  c.dFf = m.dFf;
+  c.seqLen = m.seqLen;
+  c.positions = m.positions > 0 ? m.positions : m.seqLen;
+  c.typeVocab = m.typeVocab;
+  c.normEps = m.normEps;
+  return c;
+}
+
 stages::LlamaConfig llamaConfig(const protocol::ModelSpec& m) {
   stages::LlamaConfig c;
   c.vocabSize = m.vocabSize;
@@ -47,6 +61,8 @@ stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
   c.kind = spec.model.kind;
   c.gpt = gptConfig(spec.model);
   c.llama = llamaConfig(spec.model);
+  c.layout = spec.model.layout;
+  c.bert = bertConfig(spec.model);
   c.generator = c.gpt;
   c.generator.dModel = spec.model.generator.dModel;
   c.generator.heads = spec.model.generator.heads;

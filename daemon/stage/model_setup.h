@@ -15,6 +15,7 @@ namespace skytrain::daemon {
 // The model zoo's config for a job's model spec.
 stages::GptConfig gptConfig(const protocol::ModelSpec& model);
 stages::LlamaConfig llamaConfig(const protocol::ModelSpec& model);
+stages::BertConfig bertConfig(const protocol::ModelSpec& model);
 // The model source's config: the kind, the sizes, the loss and each stage's part.
 stages::ModelConfig modelConfig(const protocol::JobSpec& spec);
 // The job's data as stage `stage`'s model source reads it (ModelSource::makeData).

@@ -117,6 +117,47 @@ class LlamaSource : public ModelSource {
   ModelConfig c_;
 };
 
+// The encoder and classifier in BERT's layout (stages/models/bert.h).
+class BertSource : public ModelSource {
+ public:
+  explicit BertSource(ModelConfig config) : c_(std::move(config)) {
+    c_.bert.outputs = c_.kind == "classifier" ? c_.classes : 0;
+  }
+
+  std::unique_ptr<Stage> build(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return makeBertStage(c_.bert, s.firstLayer, s.lastLayer, c_.seed,
+                         c_.kind == "classifier" ? classificationLoss : decltype(&classificationLoss){});
+  }
+  std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
+    return bertInputShape(c_.bert, c_.stages.at(stage).firstLayer, samples);
+  }
+  double weightBytes(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return 4.0 * static_cast<double>(bertParameterCount(c_.bert, s.firstLayer, s.lastLayer));
+  }
+  double stashBytesPerSample(int stage) const override {
+    const auto& s = c_.stages.at(stage);
+    return bertStashBytesPerSample(c_.bert, s.firstLayer, s.lastLayer);
+  }
+  std::unique_ptr<DataSource> makeData(const DataConfig& config, int stage) const override {
+    if (c_.kind != "classifier") return ModelSource::makeData(config, stage);
+    auto options = dataOptions<LabelledDataOptions>(config);
+    options.classes = config.classes;
+    return std::make_unique<LabelledDataSource>(options);
+  }
+  std::unique_ptr<Objective> objective(const DataSource* data) const override {
+    if (c_.kind == "classifier") return makeClassificationObjective();
+    if (data) return makeMaskedLanguageModelObjective(data->tokenizer().vocabSize(), c_.seed, c_.maskRate);
+    return makeLanguageModelObjective();
+  }
+  // The MLM decoder is the word embeddings.
+  std::vector<TiedPair> tied() const override { return tiedEnds(c_.kind != "classifier", c_.stages.size()); }
+
+ private:
+  ModelConfig c_;
+};
+
 // One TorchScript file per stage. The first stage takes token ids [b, seq_len]; stage i > 0
 // takes float32 [b, input_shape...] as the spec declares; the last stage's output goes to
 // the loss. Each file is checked when its stage is built, on two zero samples.
@@ -300,11 +341,17 @@ class TranslationSource : public ModelSource {
 
 using Factory = std::unique_ptr<ModelSource> (*)(const ModelConfig&);
 
+// encoder and classifier: the zoo's blocks or BERT's layout.
+std::unique_ptr<ModelSource> encoderSource(const ModelConfig& c) {
+  if (c.layout == "bert") return std::make_unique<BertSource>(c);
+  return std::make_unique<GptSource>(c);
+}
+
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> kinds{
       {"electra", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<ElectraSource>(c); }},
-      {"classifier", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
-      {"encoder", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
+      {"classifier", encoderSource},
+      {"encoder", encoderSource},
       {"gpt", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"gpt2", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<GptSource>(c); }},
       {"llama", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<LlamaSource>(c); }},

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "stages/models/bert.h"
 #include "stages/models/gpt.h"
 #include "stages/models/llama.h"
 #include "stages/objective.h"
@@ -29,6 +30,8 @@ struct ModelConfig {
   std::string kind = "gpt";
   GptConfig gpt;  // the zoo's sizes (ELECTRA: the discriminator's); torchscript uses only vocabSize and seqLen
   LlamaConfig llama;  // llama: the same sizes with the family's own fields
+  std::string layout = "gpt";  // encoder, classifier: "gpt" (the zoo's blocks) or "bert"
+  BertConfig bert;             // the bert layout's sizes
   GptConfig generator;  // ELECTRA: each generator's sizes
   std::string loss = "cross_entropy";  // or "module": the last TorchScript stage's loss()
   int classes = 0;  // classifier: the number of labels

@@ -1,6 +1,6 @@
 // Hugging Face checkpoints in and out, against an independent reference
 // (tests/stages/hf_reference.py, written from transformers' published semantics): its random
-// checkpoints load into the zoo's llama and gpt2 stages cut in 1, 2 and 3, whose logits match
+// checkpoints load into the zoo's llama, gpt2 and bert-layout encoder stages cut in 1, 2 and 3, whose logits match
 // its forward; each stage reads only its own tensors; export -> import is bit-identical.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -37,8 +37,14 @@ std::string readAll(const std::string& path) {
 // A spec of the reference checkpoints' sizes, cut at `cuts`, starting from `dir`.
 protocol::JobSpec specFor(const std::string& kind, const std::string& dir, const std::vector<int>& cuts, bool tied,
                           int layers = 3) {
-  json model = {{"kind", kind}, {"vocab_size", 96}, {"d_model", 32}, {"heads", 4}, {"layers", layers},
-                {"d_ff", 48},   {"seq_len", 16},   {"init_from", dir}, {"tie_embeddings", tied}};
+  // "bert": the encoder in BERT's layout (its MLM decoder is always the word embeddings).
+  json model = {{"kind", kind == "bert" ? "encoder" : kind}, {"vocab_size", 96}, {"d_model", 32}, {"heads", 4},
+                {"layers", layers}, {"d_ff", 48}, {"seq_len", 16}, {"init_from", dir}};
+  if (kind == "bert") {
+    model["layout"] = "bert";
+  } else {
+    model["tie_embeddings"] = tied;
+  }
   if (kind == "llama") {
     model["kv_heads"] = tied ? 4 : 2;
     model["norm_eps"] = 1e-5;
@@ -88,7 +94,9 @@ TEST_CASE("Hugging Face llama and gpt2 checkpoints load into stages cut anywhere
   const auto [kind, name, tied] = GENERATE(std::make_tuple("llama", "llama", false),
                                            std::make_tuple("llama", "llama-tied-bf16", true),
                                            std::make_tuple("gpt2", "gpt2", true),
-                                           std::make_tuple("gpt2", "gpt2-bare", true));
+                                           std::make_tuple("gpt2", "gpt2-bare", true),
+                                           std::make_tuple("bert", "bert", true),
+                                           std::make_tuple("bert", "bert-pooler-bf16", true));
   const std::vector<int> cuts = GENERATE(std::vector<int>{0, 3}, std::vector<int>{0, 2, 3}, std::vector<int>{0, 1, 2, 3});
   CAPTURE(name, cuts);
   auto reference = referenceOf(name);
@@ -134,7 +142,8 @@ TEST_CASE("a checkpoint that does not describe the spec's model is refused namin
 
 TEST_CASE("export in Hugging Face layout, then import: bit-identical, and the reference reads it as the same model") {
   const auto [kind, name, tied] =
-      GENERATE(std::make_tuple("llama", "llama", false), std::make_tuple("gpt2", "gpt2", true));
+      GENERATE(std::make_tuple("llama", "llama", false), std::make_tuple("gpt2", "gpt2", true),
+               std::make_tuple("bert", "bert", true));
   CAPTURE(name);
   const auto spec = specFor(kind, kDir + "/" + name, {0, 1, 3}, tied);
   Loaded loaded = load(spec);

@@ -405,3 +405,24 @@ TEST_CASE("llama and gpt2 specs: presets, the spec's own fields over them, and t
   CHECK(where == "$.update");
   CHECK_THAT(what, Catch::Contains("tied embeddings"));
 }
+
+TEST_CASE("the bert layout of the encoder and classifier: its presets, eps and token types") {
+  json spec = validSpec();
+  spec["model"] = {{"kind", "encoder"}, {"layout", "bert"}, {"preset", "bert-base"}, {"layers", 4}, {"seq_len", 128}};
+  auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.model.layout == "bert");
+  CHECK(parsed.model.dModel == 768);
+  CHECK(parsed.model.vocabSize == 30522);
+  CHECK(parsed.model.positions == 512);
+  CHECK(parsed.model.normEps == 1e-12);
+  CHECK(parsed.model.typeVocab == 2);
+  CHECK(parsed.model.tieEmbeddings);  // the MLM decoder is the word embeddings
+  spec["model"] = {{"kind", "encoder"}, {"preset", "bert-base"}};
+  const auto [where, what] = refusal(spec);
+  CHECK(where == "$.model.preset");
+  CHECK_THAT(what, Catch::Contains("not a preset of kind \"encoder\""));
+  spec["model"] = {{"kind", "gpt"}, {"layout", "bert"}};
+  CHECK(refusal(spec).first == "$.model.layout");
+  spec["model"] = {{"kind", "encoder"}, {"layout", "roberta"}};
+  CHECK_THAT(refusal(spec).second, Catch::Contains("unknown layout \"roberta\" (valid: gpt, bert)"));
+}

@@ -62,8 +62,12 @@ struct Trained {
 Trained trainWhole(const std::string& cut) {
   torch::jit::Module whole = torch::jit::load(module(cut, "whole.pt"));
   whole.train(true);
-  std::vector<at::Tensor> parameters;
-  for (const auto& p : whole.parameters()) parameters.push_back(p);
+  std::vector<at::Tensor> parameters;  // each tensor once: a tied one is two names of one tensor
+  for (const auto& p : whole.parameters()) {
+    bool seen = false;
+    for (const auto& q : parameters) seen = seen || q.is_same(p);
+    if (!seen) parameters.push_back(p);
+  }
   stages::TextDataOptions options;
   options.files = {SKYTRAIN_TEST_CORPUS};
   options.seqLen = kSeqLen;
@@ -87,7 +91,8 @@ Trained trainWhole(const std::string& cut) {
   return out;
 }
 
-void checkMatches(const Json& status, const Trained& reference, std::map<std::string, at::Tensor> parameters) {
+void checkMatches(const Json& status, const Trained& reference, std::map<std::string, at::Tensor> parameters,
+                  const std::string& cut = "cut2") {
   REQUIRE(status["state"] == "succeeded");
   for (int step = 0; step < kSteps; ++step) {
     CHECK(status["steps"][step]["loss"].get<double>() == Approx(reference.losses[step]).margin(kLossTolerance));
@@ -95,7 +100,7 @@ void checkMatches(const Json& status, const Trained& reference, std::map<std::st
   CHECK(reference.losses.back() < reference.losses.front());
   REQUIRE(parameters.size() == reference.parameters.size());
   double worst = 0, moved = 0;
-  const auto initial = torch::jit::load(module("cut2", "whole.pt"));
+  const auto initial = torch::jit::load(module(cut, "whole.pt"));
   std::map<std::string, at::Tensor> start;
   for (const auto& p : initial.named_parameters()) start[p.name] = p.value;
   for (const auto& [name, expected] : reference.parameters) {
@@ -132,6 +137,36 @@ TEST_CASE("a TorchScript model cut in two trains across two daemons like the unc
   INFO(status.dump());
   checkMatches(status, reference, weightsOf({&a, &b}, status));
   CHECK(status["evals"].size() == 1);  // validation through the same loss
+}
+
+TEST_CASE("a model exported with torch.jit.trace trains across daemons like one process, as a scripted one does",
+          "[integration][torchscript]") {
+  TestDaemon a("tra"), b("trb");
+  zmq::context_t context;
+  const Trained reference = trainWhole("cut2traced");
+  const Json status = runJob(context, a.control(), specFor({a.control(), b.control()}, "cut2traced", 2));
+  INFO(status.dump());
+  checkMatches(status, reference, weightsOf({&a, &b}, status), "cut2traced");
+}
+
+TEST_CASE("a TorchScript model whose head is its embedding, cut in two, keeps the two copies one matrix",
+          "[integration][torchscript]") {
+  TestDaemon a("tta"), b("ttb");
+  zmq::context_t context;
+  const Trained reference = trainWhole("cut2tied");
+  Json spec = specFor({a.control(), b.control()}, "cut2tied", 2);
+  spec["model"]["tied"] = Json::array({Json::array({"layers.embed.tok.weight", "layers.head.logits.weight"})});
+  const Json status = runJob(context, a.control(), spec);
+  INFO(status.dump());
+  const auto weights = weightsOf({&a, &b}, status);
+  REQUIRE(weights.count("layers.embed.tok.weight"));
+  CHECK(torch::equal(weights.at("layers.embed.tok.weight"), weights.at("layers.head.logits.weight")));
+  checkMatches(status, reference, weights, "cut2tied");
+
+  spec["model"]["tied"] = Json::array({Json::array({"layers.embed.tok.weight", "layers.head.no_such.weight"})});
+  const Json refused = runJob(context, a.control(), spec);
+  CHECK(refused["state"] == "failed");
+  CHECK_THAT(refused["error"].get<std::string>(), Catch::Contains("model.tied names \"layers.head.no_such.weight\""));
 }
 
 TEST_CASE("a TorchScript model cut in three trains across three daemons like one process",

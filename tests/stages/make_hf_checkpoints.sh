@@ -10,6 +10,8 @@ make llama --family llama --seed 1 --kv-heads 2 --shards 3
 make llama-tied-bf16 --family llama --seed 2 --kv-heads 4 --tie --dtype bfloat16
 make gpt2 --family gpt2 --seed 3 --shards 2
 make gpt2-bare --family gpt2 --seed 4 --bare-names
-for dir in llama llama-tied-bf16 gpt2 gpt2-bare; do
+make bert --family bert --seed 5 --shards 2
+make bert-pooler-bf16 --family bert --seed 6 --pooler --dtype bfloat16
+for dir in llama llama-tied-bf16 gpt2 gpt2-bare bert bert-pooler-bf16; do
   "$python" "$script" logits --dir "$out/$dir" --tokens "$tokens" --out "$out/$dir.logits.safetensors"
 done

@@ -108,10 +108,14 @@ def main() -> None:
                    help="blocks after which to cut (default: half way)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--trace", action="store_true", help="torch.jit.trace instead of torch.jit.script")
+    p.add_argument("--tie", action="store_true",
+                   help="the head's weight is the token embedding's (the spec's model.tied keeps the copies equal)")
     a = p.parse_args()
 
     torch.manual_seed(a.seed)
     named = build(a.vocab, a.d_model, a.heads, a.d_ff, a.layers, a.seq)
+    if a.tie:  # one Parameter: whole.pt shares it; each stage file holds its own copy
+        named[-1][1].logits.weight = named[0][1].tok.weight
     cuts = a.cut if a.cut is not None else [a.layers // 2]
     if any(c < 1 or c >= a.layers for c in cuts) or sorted(set(cuts)) != cuts:
         p.error("--cut: increasing block counts in [1, layers)")
@@ -152,7 +156,8 @@ def main() -> None:
         "steps": 100,
         "batch_size": 16,
         "micro_batches": "auto",
-        "model": {"kind": "torchscript", "vocab_size": a.vocab, "seq_len": a.seq},
+        "model": {"kind": "torchscript", "vocab_size": a.vocab, "seq_len": a.seq,
+                  **({"tied": [["layers.embed.tok.weight", "layers.head.logits.weight"]]} if a.tie else {})},
         "data": {"files": ["/var/lib/skytrain/data/web.txt"]},
         "optimizer": {"lr": 2e-3, "schedule": "cosine", "warmup_steps": 10, "min_lr": 2e-4, "clip_norm": 1.0},
         "stages": stages,
