@@ -136,16 +136,13 @@ void validate(const BertConfig& c, int first, int last) {
 // copy drawn as the word embeddings it copies.
 void initialise(Slice& slice, uint64_t seed) {
   torch::NoGradGuard noGrad;
-  auto ends = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   for (auto& item : slice.named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor p = item.value();
     const bool norm = name.find("ln") != std::string::npos;
     if (norm) {
-      ends(name, "weight") ? p.fill_(1.0) : p.zero_();
-    } else if (ends(name, "bias")) {
+      detail::endsWith(name, "weight") ? p.fill_(1.0) : p.zero_();
+    } else if (detail::endsWith(name, "bias")) {
       p.zero_();
     } else {
       const std::string drawn = name == "head.weight" ? "tok_emb.weight" : name;

@@ -12,13 +12,13 @@
 namespace skytrain::stages::detail {
 namespace {
 
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 at::Tensor drawWeight(const std::string& name, const std::vector<int64_t>& shape, double std, uint64_t seed) {
   const uint64_t tensorSeed = XXH64(name.data(), name.size(), seed);

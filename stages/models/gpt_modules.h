@@ -15,6 +15,8 @@ namespace skytrain::stages::detail {
 
 namespace nn = torch::nn;
 
+// Whether a parameter name ends with `suffix` (initialisation rules go by name).
+bool endsWith(const std::string& s, const std::string& suffix);
 // A weight drawn from N(0, std²) by a generator seeded from (seed, name) alone.
 at::Tensor drawWeight(const std::string& name, const std::vector<int64_t>& shape, double std, uint64_t seed);
 // GELU, exact (erf) or with GPT-2's tanh approximation.

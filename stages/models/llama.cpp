@@ -139,18 +139,15 @@ struct Slice : nn::Module {
 void initialise(Slice& slice, const LlamaConfig& c, uint64_t seed) {
   torch::NoGradGuard noGrad;
   const double residualStd = 0.02 / std::sqrt(2.0 * c.layers);
-  auto ends = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   for (auto& item : slice.named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor p = item.value();
-    if (ends(name, "norm.weight")) {
+    if (detail::endsWith(name, "norm.weight")) {
       p.fill_(1.0);
     } else {
       // A tied head starts as the embedding it copies: drawn under the embedding's name.
       const std::string drawn = name == "head.weight" && c.tieEmbeddings ? "tok_emb.weight" : name;
-      const bool residual = ends(name, ".o.weight") || ends(name, ".down.weight");
+      const bool residual = detail::endsWith(name, ".o.weight") || detail::endsWith(name, ".down.weight");
       p.copy_(detail::drawWeight(drawn, p.sizes().vec(), residual ? residualStd : 0.02, seed));
     }
   }

@@ -36,6 +36,23 @@ std::vector<TiedPair> tiedEnds(bool tied, size_t stages) {
   return {{0, "tok_emb.weight", static_cast<int>(stages) - 1, "head.weight"}};
 }
 
+// The data a zoo stage reads: labelled lines for a classifier, else plain text.
+std::unique_ptr<DataSource> zooData(const ModelSource& source, const std::string& kind, const DataConfig& config,
+                                    int stage) {
+  if (kind != "classifier") return source.ModelSource::makeData(config, stage);
+  auto options = dataOptions<LabelledDataOptions>(config);
+  options.classes = config.classes;
+  return std::make_unique<LabelledDataSource>(options);
+}
+
+// The objective of a zoo kind: classification, masked-LM for the encoder (on a stage that
+// reads data), else next-token prediction.
+std::unique_ptr<Objective> zooObjective(const ModelConfig& c, const DataSource* data) {
+  if (c.kind == "classifier") return makeClassificationObjective();
+  if (c.kind == "encoder" && data) return makeMaskedLanguageModelObjective(data->tokenizer().vocabSize(), c.seed, c.maskRate);
+  return makeLanguageModelObjective();
+}
+
 at::Tensor classificationLoss(const at::Tensor& logits, const at::Tensor& labels) {
   return torch::nn::functional::cross_entropy(logits.mean(1), labels);
 }
@@ -73,18 +90,9 @@ class GptSource : public ModelSource {
     return gptStashBytesPerSample(c_.gpt, s.firstLayer, s.lastLayer);
   }
   std::unique_ptr<DataSource> makeData(const DataConfig& config, int stage) const override {
-    if (c_.kind != "classifier") return ModelSource::makeData(config, stage);
-    auto options = dataOptions<LabelledDataOptions>(config);
-    options.classes = config.classes;
-    return std::make_unique<LabelledDataSource>(options);
+    return zooData(*this, c_.kind, config, stage);
   }
-  std::unique_ptr<Objective> objective(const DataSource* data) const override {
-    if (c_.kind == "classifier") return makeClassificationObjective();
-    if (c_.kind == "encoder" && data) {
-      return makeMaskedLanguageModelObjective(data->tokenizer().vocabSize(), c_.seed, c_.maskRate);
-    }
-    return makeLanguageModelObjective();
-  }
+  std::unique_ptr<Objective> objective(const DataSource* data) const override { return zooObjective(c_, data); }
   std::vector<TiedPair> tied() const override { return tiedEnds(c_.gpt.tieEmbeddings, c_.stages.size()); }
 
  private:
@@ -141,16 +149,9 @@ class BertSource : public ModelSource {
     return bertStashBytesPerSample(c_.bert, s.firstLayer, s.lastLayer);
   }
   std::unique_ptr<DataSource> makeData(const DataConfig& config, int stage) const override {
-    if (c_.kind != "classifier") return ModelSource::makeData(config, stage);
-    auto options = dataOptions<LabelledDataOptions>(config);
-    options.classes = config.classes;
-    return std::make_unique<LabelledDataSource>(options);
+    return zooData(*this, c_.kind, config, stage);
   }
-  std::unique_ptr<Objective> objective(const DataSource* data) const override {
-    if (c_.kind == "classifier") return makeClassificationObjective();
-    if (data) return makeMaskedLanguageModelObjective(data->tokenizer().vocabSize(), c_.seed, c_.maskRate);
-    return makeLanguageModelObjective();
-  }
+  std::unique_ptr<Objective> objective(const DataSource* data) const override { return zooObjective(c_, data); }
   // The MLM decoder is the word embeddings.
   std::vector<TiedPair> tied() const override { return tiedEnds(c_.kind != "classifier", c_.stages.size()); }
 
