@@ -15,6 +15,7 @@
 #include "daemon/daemon.h"
 #include "daemon_fixture.h"
 #include "scheduler/error.h"
+#include "stages/safetensors.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;
@@ -235,6 +236,36 @@ TEST_CASE("regressions: requests that used to end or exhaust a daemon are refuse
     s["stages"][1]["init_from"] = {trained.string()};
     submitFails(s, "is not under this daemon's data_roots");
     std::filesystem::remove(trained);
+  }
+  SECTION("a crafted Hugging Face directory fails the job with the reason, reads nothing outside itself, and the "
+          "daemons stay up") {
+    const auto dir = std::filesystem::path(corpusDir) / "security_test_hf";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "config.json") << Json({{"model_type", "llama"}, {"vocab_size", 256}, {"hidden_size", 16},
+                                               {"intermediate_size", 32}, {"num_hidden_layers", 3},
+                                               {"num_attention_heads", 2}, {"rms_norm_eps", 1e-5}})
+                                              .dump();
+    auto index = [&](const std::string& shard) {
+      std::ofstream(dir / "model.safetensors.index.json")
+          << Json({{"weight_map", {{"model.norm.weight", shard}}}}).dump();
+    };
+    Json s = spec();
+    s["model"] = {{"kind", "llama"}, {"d_model", 16}, {"heads", 2}, {"layers", 2}, {"d_ff", 32}, {"seq_len", 8},
+                  {"init_from", dir.string()}};
+    index("../../../../etc/passwd");
+    submitFails(s, "is not a file name in the directory");
+    std::filesystem::create_symlink("/etc/passwd", dir / "model-00001-of-00001.safetensors");
+    index("model-00001-of-00001.safetensors");
+    submitFails(s, "leads outside the directory (to /etc/passwd)");
+    std::filesystem::remove(dir / "model-00001-of-00001.safetensors");
+    std::filesystem::remove(dir / "model.safetensors.index.json");
+    stages::SafeTensors one;
+    one.tensors.emplace_back("model.norm.weight", torch::ones({16}));
+    std::ofstream(dir / "model.safetensors", std::ios::binary) << stages::encodeSafetensors(one);
+    submitFails(s, "num_hidden_layers: config.json has 3, the spec 2");
+    for (const auto* d : {&a, &b}) CHECK(ping(context, *d, keys.as("root", d->publicKey()))["ok"] == true);
+    std::filesystem::remove_all(dir);
   }
   SECTION("a model whose weights do not fit is refused with the numbers before it is allocated") {
     Json s = spec();
