@@ -1,0 +1,90 @@
+// The model part of a job spec (daemon/protocol/model_spec_parser.h): presets, the
+// families' own fields and refusals.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "daemon/protocol/job_spec.h"
+#include "tests/daemon/spec_test_helpers.h"
+
+using nlohmann::json;
+using skytrain::protocol::parseJobSpec;
+using skytrain::testing::refusal;
+using skytrain::testing::validSpec;
+
+TEST_CASE("llama and gpt2 specs: presets, the spec's own fields over them, and the family's refusals") {
+  json spec = validSpec();
+  spec["model"] = {{"kind", "llama"}, {"preset", "llama-7b"}, {"layers", 4}, {"seq_len", 256}};
+  auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.model.dModel == 4096);
+  CHECK(parsed.model.dFf == 11008);
+  CHECK(parsed.model.kvHeads == 32);
+  CHECK(parsed.model.vocabSize == 32000);
+  CHECK(parsed.model.layers == 4);      // the spec's own
+  CHECK(parsed.model.seqLen == 256);    // the spec's own
+  CHECK(parsed.model.positions == 4096);  // the preset's context, for config.json
+  CHECK_FALSE(parsed.model.tieEmbeddings);
+
+  spec["model"] = {{"kind", "llama"}, {"preset", "llama-1b"}, {"layers", 4}, {"seq_len", 64}};
+  parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.model.kvHeads == 8);
+  CHECK(parsed.model.ropeTheta == 500000.0);
+  CHECK(parsed.model.tieEmbeddings);
+
+  spec["model"] = {{"kind", "gpt2"}, {"preset", "gpt2-medium"}, {"layers", 4}, {"seq_len", 128}};
+  parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.model.dModel == 1024);
+  CHECK(parsed.model.positions == 1024);
+  CHECK(parsed.model.tieEmbeddings);  // GPT-2 ties by default
+  spec["model"] = {{"kind", "gpt2"}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 64}, {"seq_len", 16}};
+  CHECK(parseJobSpec(spec.dump()).model.tieEmbeddings);
+  CHECK(parseJobSpec(spec.dump()).model.positions == 16);
+
+  auto refused = [&](const json& model, const std::string& path, const std::string& text) {
+    json s = validSpec();
+    s["model"] = model;
+    const auto [where, what] = refusal(s);
+    CHECK(where == path);
+    CHECK_THAT(what, Catch::Contains(text));
+  };
+  refused({{"kind", "llama"}, {"preset", "gpt2-small"}, {"layers", 4}}, "$.model.preset",
+          "not a preset of kind \"llama\" (valid: llama-tiny, llama-160m, llama-1b, llama-7b, llama-8b)");
+  refused({{"kind", "gpt"}, {"preset", "gpt2-small"}}, "$.model.preset", "(valid: none)");
+  refused({{"kind", "llama"}, {"d_model", 32}, {"heads", 4}, {"kv_heads", 3}, {"layers", 4}}, "$.model.kv_heads",
+          "heads 4 is not a multiple of kv_heads 3");
+  refused({{"kind", "llama"}, {"d_model", 12}, {"heads", 4}, {"layers", 4}}, "$.model.heads", "odd");
+  refused({{"kind", "llama"}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"adapter", 8}}, "$.model.adapter",
+          "not available for model.kind \"llama\"");
+  refused({{"kind", "gpt2"}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"seq_len", 32}, {"positions", 16}},
+          "$.model.seq_len", "exceeds the model's 16 positions");
+  refused({{"kind", "gpt"}, {"tie_embeddings", true}}, "$.model.tie_embeddings", "unknown");
+
+  // Tied embeddings across stages sum their gradients every step: the synchronous update only.
+  spec = validSpec();
+  spec["model"] = {{"kind", "llama"}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"tie_embeddings", true}};
+  spec["schedule"] = "1f1b";
+  spec["update"] = "delayed";
+  const auto [where, what] = refusal(spec);
+  CHECK(where == "$.update");
+  CHECK_THAT(what, Catch::Contains("tied embeddings"));
+}
+
+TEST_CASE("the bert layout of the encoder and classifier: its presets, eps and token types") {
+  json spec = validSpec();
+  spec["model"] = {{"kind", "encoder"}, {"layout", "bert"}, {"preset", "bert-base"}, {"layers", 4}, {"seq_len", 128}};
+  auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.model.layout == "bert");
+  CHECK(parsed.model.dModel == 768);
+  CHECK(parsed.model.vocabSize == 30522);
+  CHECK(parsed.model.positions == 512);
+  CHECK(parsed.model.normEps == 1e-12);
+  CHECK(parsed.model.typeVocab == 2);
+  CHECK(parsed.model.tieEmbeddings);  // the MLM decoder is the word embeddings
+  spec["model"] = {{"kind", "encoder"}, {"preset", "bert-base"}};
+  const auto [where, what] = refusal(spec);
+  CHECK(where == "$.model.preset");
+  CHECK_THAT(what, Catch::Contains("not a preset of kind \"encoder\""));
+  spec["model"] = {{"kind", "gpt"}, {"layout", "bert"}};
+  CHECK(refusal(spec).first == "$.model.layout");
+  spec["model"] = {{"kind", "encoder"}, {"layout", "roberta"}};
+  CHECK_THAT(refusal(spec).second, Catch::Contains("unknown layout \"roberta\" (valid: gpt, bert)"));
+}

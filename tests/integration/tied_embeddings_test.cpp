@@ -1,0 +1,77 @@
+// Tied embeddings cut across daemons (stages/models/model_source.h, ModelSource::tied): the
+// first stage's embedding and the last stage's head are two copies whose gradients are
+// summed over the links every step, so they train like one process in which the head is
+// the embedding itself.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <map>
+
+#include "daemon_fixture.h"
+#include "reference_trainer.h"
+
+using namespace skytrain;
+using namespace skytrain::testing;
+using Json = nlohmann::json;
+
+namespace {
+
+// As equivalence_test: micro-batches against the whole batch differ by float reassociation.
+constexpr double kLossTolerance = 1e-4;
+constexpr double kParameterTolerance = 1e-4;
+constexpr int kSteps = 4;
+
+}  // namespace
+
+TEST_CASE("llama and gpt2 with tied embeddings cut across daemons train like one process that ties them",
+          "[integration]") {
+  TestDaemon a("ta"), b("tb"), c("tc");
+  zmq::context_t context;
+  // The clip binds, so the global norm must count the tied matrix once, as one process does.
+  const Json optimizer = {{"lr", 2e-3}, {"clip_norm", 0.5}};
+  const auto [kind, stages] = GENERATE(std::make_pair("llama", 2), std::make_pair("llama", 3), std::make_pair("gpt2", 3));
+  CAPTURE(kind, stages);
+  Json spec = {{"name", "tied"},
+               {"seed", 11},
+               {"steps", kSteps},
+               {"batch_size", 8},
+               {"micro_batches", 2},
+               {"schedule", "1f1b"},
+               {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
+               {"optimizer", optimizer},
+               {"eval", {{"samples", 8}}},
+               {"stages", {{{"daemon", a.control()}, {"layers", {0, 2}}}, {{"daemon", b.control()}, {"layers", {2, 4}}}}}};
+  spec["model"] = {{"kind", kind}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 64}, {"seq_len", 16},
+                   {"tie_embeddings", true}};
+  if (std::string(kind) == "llama") spec["model"]["kv_heads"] = 2;
+  if (stages == 3) {
+    spec["stages"] = {{{"daemon", a.control()}, {"layers", {0, 1}}},
+                      {{"daemon", b.control()}, {"layers", {1, 3}}},
+                      {{"daemon", c.control()}, {"layers", {3, 4}}}};
+  }
+  const Trained reference = trainReference(spec);
+  REQUIRE(reference.clippedSteps == kSteps);
+  REQUIRE(reference.parameters.count("head.weight") == 0);  // one process: the head is the embedding
+  const Json status = runJob(context, a.control(), spec);
+  REQUIRE(status["state"] == "succeeded");
+  for (int step = 0; step < kSteps; ++step) {
+    CHECK(status["steps"][step]["loss"].get<double>() == Approx(reference.losses[step]).margin(kLossTolerance));
+  }
+  const std::string job = status["id"];
+  std::map<std::string, at::Tensor> parameters;
+  TestDaemon* hosts[] = {&a, &b, &c};
+  for (int i = 0; i < stages; ++i) {
+    parameters.merge(loadStageWeights(hosts[i]->dir() / "jobs" / job / ("stage-" + std::to_string(i) + ".pt")));
+  }
+  // The two copies stayed bit-identical, and both equal the one process's single matrix.
+  REQUIRE(parameters.count("head.weight"));
+  CHECK(torch::equal(parameters.at("head.weight"), parameters.at("tok_emb.weight")));
+  double worst = 0;
+  for (const auto& [name, expected] : reference.parameters) {
+    INFO(name);
+    REQUIRE(parameters.count(name));
+    worst = std::max(worst, (parameters.at(name) - expected).abs().max().item<double>());
+  }
+  CHECK(worst <= kParameterTolerance);
+  WARN(kind << " tied, " << stages << " stages: max |parameter diff| " << worst);
+}
