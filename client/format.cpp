@@ -73,6 +73,11 @@ std::string formatPlan(const nlohmann::json& plan) {
       }
     }
   }
+  if (plan.value("tied_s", 0.0) > 0) {
+    std::snprintf(line, sizeof line, "  tied embeddings: %.2f ms a step to sum the two copies' gradients over the links\n",
+                  1e3 * plan["tied_s"].get<double>());
+    out += line;
+  }
   if (plan.value("replicas", 1) > 1) {
     std::snprintf(line, sizeof line, "  %d replicas of every stage: %d pipelines of %d samples a step each\n",
                   plan["replicas"].get<int>(), plan["replicas"].get<int>(), plan.value("batch_per_replica", 0));

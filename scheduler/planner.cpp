@@ -60,11 +60,18 @@ PlanRow evaluate(const PlannerInput& input, int m, ScheduleKind kind) {
   // pipeline drains, not overlapped with the other stages' drain (an upper bound).
   for (const auto& s : input.stages) row.allReduceSeconds = std::max(row.allReduceSeconds, s.allReduceSeconds);
   row.stepSeconds += row.allReduceSeconds;
+  // Tied matrices: after the drain, the first holder's gradient goes down link by link and
+  // the sum comes back up, one frame each way per link, in sequence.
+  for (size_t k = 0; k < input.tiedBytes.size() && k < links.size(); ++k) {
+    if (input.tiedBytes[k] > 0) row.tiedSeconds += 2 * (links[k].transferSeconds(input.tiedBytes[k]) + links[k].delaySeconds);
+  }
+  row.stepSeconds += row.tiedSeconds;
   double work = 0;
   for (const auto& s : costs.stages) work += m * (s.forwardSeconds + s.backwardSeconds);
   row.bubbleRatio = row.stepSeconds > 0 ? 1.0 - work / (p * row.stepSeconds) : 0.0;
   for (int s = 0; s + 1 < p; ++s) {
     row.bytesPerStep += input.replicas * m * (input.stages[s].outputBytes.at(b) + input.stages[s + 1].gradientBytes.at(b));
+    if (static_cast<size_t>(s) < input.tiedBytes.size()) row.bytesPerStep += 2.0 * input.replicas * input.tiedBytes[s];
   }
   for (int s = 0; s < p; ++s) {
     int inFlight = kind == ScheduleKind::GPipe ? m : std::min(m, schedule.warmups[s] + 1);

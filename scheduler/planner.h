@@ -7,7 +7,6 @@
 
 #include <optional>
 #include <string>
-#include <string>
 #include <vector>
 
 #include "scheduler/cost_model.h"
@@ -34,6 +33,9 @@ struct PlannerInput {
   // stream's steady state (delayedStepSeconds) and only 1F1B kinds are candidates.
   bool delayedUpdate = false;
   double memoryBudgetBytes = 0;               // per stage, for the stash; 0: unlimited
+  // Per link: the bytes of tied matrices' gradients (an embedding and a head on two stages)
+  // that cross it each way once a step, after the last backward. Empty or 0: none.
+  std::vector<double> tiedBytes;
   std::optional<int> microBatches;            // fixed m (the spec gave one)
   // Per link, the codecs "auto" may choose in each direction, in order of preference (ties
   // within 1% go to the earlier). Empty for a link: its codecs are fixed and already in the
@@ -50,6 +52,7 @@ struct PlanRow {
   double bubbleRatio = 0;      // predicted
   double bytesPerStep = 0;     // all links, both directions, every replica's pipeline
   double allReduceSeconds = 0; // the slowest stage's gradient all-reduce among its copies
+  double tiedSeconds = 0;      // the tied matrices' gradients down the chain and their sum back
   double stashBytes = 0;       // the largest stage's activation stash
   bool fits = true;            // stash within the memory budget
   std::vector<std::string> forwardCodecs, backwardCodecs;  // per link, when the planner chose them

@@ -46,6 +46,19 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
       }
     }
     input.memoryBudgetBytes = budget;
+    // Tied matrices: a first holder's bytes cross every link up to the second holder.
+    input.tiedBytes.assign(input.links.size(), 0.0);
+    for (size_t s = 0; s < profiles.size(); ++s) {
+      for (const Json& tied : profiles[s].at("compute").value("tied", Json::array())) {
+        const double bytes = tied.at("bytes").get<double>();
+        const int to = tied.at("to_stage").get<int>();
+        if (!(bytes >= 0 && bytes < 1e15) || to <= static_cast<int>(s) || to >= static_cast<int>(profiles.size())) {
+          throw WireError("malformed stage profile: stage " + std::to_string(s) + " reports a tied matrix of " +
+                          std::to_string(bytes) + " bytes to stage " + std::to_string(to));
+        }
+        for (int k = static_cast<int>(s); k < to; ++k) input.tiedBytes[k] += bytes;
+      }
+    }
     // "auto" directions: each link's options as the stage that encodes them timed them, in
     // the spec's order of preference.
     const bool autoForward = spec.compression.forward == "auto", autoBackward = spec.compression.backward == "auto";
@@ -101,6 +114,7 @@ Json toJson(const scheduler::PlanRow& row) {
           {"bubble", row.bubbleRatio},
           {"bytes_per_step", row.bytesPerStep},
           {"allreduce_s", row.allReduceSeconds},
+          {"tied_s", row.tiedSeconds},
           {"forward_codecs", row.forwardCodecs},
           {"backward_codecs", row.backwardCodecs},
           {"stash_bytes", row.stashBytes},

@@ -62,6 +62,15 @@ Json Profiler::profile(uint64_t step) {
   Json compute = profileCompute();
   if (gradients_.replicas()) compute["allreduce_s"] = timeAllReduce();
   compute["replicas"] = protocol::replicaCount(context_.spec);
+  // The tied matrices this stage holds first: what their gradient frames carry down to the
+  // second holder and back every step (GradientPipeline::sumTied), for the planner.
+  compute["tied"] = Json::array();
+  for (const auto& pair : source_.tied()) {
+    if (pair.firstStage != context_.stage) continue;
+    for (const auto& [name, parameter] : model_.namedParameters()) {
+      if (name == pair.firstName) compute["tied"].push_back({{"bytes", 4.0 * parameter.numel()}, {"to_stage", pair.secondStage}});
+    }
+  }
   return {{"compute", std::move(compute)}, {"link", probeLinks(step)}};
 }
 

@@ -57,6 +57,8 @@ TEST_CASE("llama and gpt2 with tied embeddings cut across daemons train like one
   for (int step = 0; step < kSteps; ++step) {
     CHECK(status["steps"][step]["loss"].get<double>() == Approx(reference.losses[step]).margin(kLossTolerance));
   }
+  // The planner priced the exchange: the first holder's matrix down the chain and back.
+  CHECK(status["plans"].back()["tied_s"].get<double>() > 0);
   const std::string job = status["id"];
   std::map<std::string, at::Tensor> parameters;
   TestDaemon* hosts[] = {&a, &b, &c};

@@ -202,3 +202,16 @@ TEST_CASE("near-ties are measured against the fastest row, so the choice cannot 
   INFO("chosen m = " << plan.chosen.microBatches << ", " << plan.chosen.stepSeconds << " s; fastest " << fastest);
   CHECK(plan.chosen.stepSeconds <= fastest * 1.005);
 }
+
+TEST_CASE("tied matrices: their gradient crosses every link between the holders each way once a step") {
+  // 3 stages; an embedding on stage 0 tied to the head on stage 2: 1 MB down two links, the
+  // sum back up. Each crossing costs overhead + bytes / bandwidth + delay.
+  PlannerInput in = pipeline(3, 8, 1e-3, 1e-4, 1e3, LinkProfile{1e8, 0.01, 0.001});
+  const PlanRow plain = evaluate(in, 2, ScheduleKind::GPipe);
+  in.tiedBytes = {1e6, 1e6};
+  const PlanRow tied = evaluate(in, 2, ScheduleKind::GPipe);
+  const double crossing = 0.001 + 1e6 / 1e8 + 0.01;
+  CHECK(tied.tiedSeconds == Approx(2 * 2 * crossing));
+  CHECK(tied.stepSeconds - plain.stepSeconds == Approx(2 * 2 * crossing));
+  CHECK(tied.bytesPerStep - plain.bytesPerStep == Approx(4e6));
+}
