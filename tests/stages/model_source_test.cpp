@@ -3,9 +3,12 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 
 #include "stages/models/electra.h"
+#include "stages/allocation_meter.h"
 #include "stages/models/model_source.h"
 #include "stages/models/torchscript_stage.h"
 
@@ -141,4 +144,44 @@ TEST_CASE("a TorchScript stage passes on a Tensor, a tuple's first element or a 
     CHECK_THROWS_WITH(stage->infer(x), Catch::Contains("a stage passes on a Tensor, the first element of a tuple"));
   }
   std::filesystem::remove(file);
+}
+
+TEST_CASE("a TorchScript stage's activation stash is measured by one training forward, not guessed from its file") {
+  // forward: relu(x @ w), x [b, 16, 8], w [8, 256]: relu keeps its output, 16 x 256 floats a
+  // sample (16 KiB); x is the caller's, w the module's.
+  torch::jit::Module module("Stage");
+  module.register_parameter("w", torch::randn({8, 256}), false);
+  module.define("def forward(self, x):\n    return torch.relu(torch.matmul(x, self.w))\n");
+  const std::string file = (std::filesystem::temp_directory_path() / ("stash-" + std::to_string(::getpid()) + ".pt")).string();
+  module.save(file);
+  ModelConfig c;
+  c.kind = "torchscript";
+  c.gpt.seqLen = 16;
+  c.stages = {{0, 0, "/nonexistent/stage-0.pt", {}}, {0, 0, file, {16, 8}}};
+  const auto source = makeModelSource(c);
+  // Another thread allocating meanwhile does not count.
+  std::atomic<bool> stop{false};
+  std::thread noise([&] {
+    while (!stop) at::Tensor t = torch::empty({1 << 16});
+  });
+  const double measured = source->stashBytesPerSample(1);
+  stop = true;
+  noise.join();
+  const double kept = 16 * 256 * 4;
+  WARN("measured stash: " << measured << " bytes a sample (" << kept << " kept by relu)");
+  CHECK(measured >= kept);
+  CHECK(measured <= 2 * kept);
+  CHECK(source->stashBytesPerSample(1) == measured);  // once per stage
+  CHECK(source->stashBytesPerSample(0) == 0);          // cannot run here: build() says why
+  std::filesystem::remove(file);
+}
+
+TEST_CASE("the allocation meter counts this thread's live tensors, not another thread's nor freed ones") {
+  AllocationMeter meter;
+  at::Tensor kept = torch::empty({1000});
+  { at::Tensor freed = torch::empty({5000}); }
+  std::thread([] { at::Tensor elsewhere = torch::empty({100000}); }).join();
+  CHECK(meter.liveBytes() == 4000);
+  kept = at::Tensor();
+  CHECK(meter.liveBytes() == 0);
 }
