@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "client/commands.h"
+#include "client/data_prepare.h"
 #include "client/export.h"
 #include "client/hf_export.h"
 
@@ -57,6 +58,29 @@ int main(int argc, char** argv) {
   probe->add_option("endpoint", options.daemon, "the daemon's control endpoint (default: --daemon)");
   probe->add_flag("--json", options.json, "print the figures as JSON");
   probe->add_option("--bytes", probeBytes, "the middle probe frame's payload (the large one is 3x)")->capture_default_str()->check(CLI::Range(4096, 1 << 28));
+  skytrain::client::PrepareOptions prepare;
+  std::string shardTokens = "1G";
+  auto* data = app.add_subcommand("data", "prepare corpora for data.format \"tokens\"");
+  auto* prepareCmd = data->add_subcommand("prepare", "tokenise text or JSONL into token shards, on every core");
+  data->require_subcommand(1);
+  prepareCmd->add_option("inputs", prepare.inputs, "text or JSONL files, in order")->required();
+  prepareCmd->add_option("-o,--output", prepare.output, "the directory to write (new or empty)")->required();
+  prepareCmd->add_option("--format", prepare.format, "text, jsonl, or auto (.jsonl/.ndjson files are JSONL)")
+      ->check(CLI::IsMember({"auto", "text", "jsonl"}))->capture_default_str();
+  prepareCmd->add_option("--field", prepare.field, "jsonl: the field holding each document")->capture_default_str();
+  prepareCmd->add_option("--split", prepare.split, "text: a document per blank-line-separated block, line, or file")
+      ->check(CLI::IsMember({"blank", "line", "file"}))->capture_default_str();
+  prepareCmd->add_option("--sentencepiece", prepare.sentencepiece, "a SentencePiece model (default: the byte tokenizer)");
+  prepareCmd->add_option("--layout", prepare.layout, "indexed (Megatron .bin + .idx) or flat (nanoGPT)")
+      ->check(CLI::IsMember({"indexed", "flat"}))->capture_default_str();
+  prepareCmd->add_option("--dtype", prepare.dtype, "auto, uint16, int32 or uint32 (flat)")
+      ->check(CLI::IsMember({"auto", "uint16", "int32", "uint32"}))->capture_default_str();
+  prepareCmd->add_option("--eod", prepare.eod, "a token id appended to every document (default: none)");
+  prepareCmd->add_option("--validation", prepare.validation, "the share of documents held out for validation")
+      ->check(CLI::Range(0.0, 0.5))->capture_default_str();
+  prepareCmd->add_option("--shard-tokens", shardTokens, "tokens per shard (1G, 100M, or a number)")->capture_default_str();
+  prepareCmd->add_option("-j,--threads", prepare.threads, "tokeniser threads (default: every core)")->check(CLI::Range(0, 1024));
+  prepareCmd->add_flag("!--no-progress", prepare.progress, "no progress bar");
   int64_t exportStep = -1;
   auto* exportCmd = app.add_subcommand("export", "write a job's weights, merged from every stage, as one safetensors file or a Hugging Face model directory");
   exportCmd->add_option("job", job, "job id")->required();
@@ -80,6 +104,15 @@ int main(int argc, char** argv) {
 
   namespace client = skytrain::client;
   if (*keygen) return client::keygen(keyName, keyDir);
+  if (*prepareCmd) {
+    try {
+      prepare.shardTokens = client::parseCount(shardTokens);
+      return client::prepareData(prepare);
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 1;
+    }
+  }
   try {
     options.security = client::resolveSecurity(identity, options.daemon);
   } catch (const std::exception& e) {

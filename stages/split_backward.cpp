@@ -125,7 +125,11 @@ void WeightGradients::apply() {
 
 SplitForwardScope::SplitForwardScope(const WeightGradients& sink) : previous_(tForwardSink) { tForwardSink = sink.key(); }
 
+SplitForwardScope::SplitForwardScope(int64_t key) : previous_(tForwardSink) { tForwardSink = key; }
+
 SplitForwardScope::~SplitForwardScope() { tForwardSink = previous_; }
+
+int64_t SplitForwardScope::current() { return tForwardSink; }
 
 at::Tensor linear(torch::nn::LinearImpl& layer, const at::Tensor& x) {
   if (tForwardSink == 0 || !torch::GradMode::is_enabled()) return layer.forward(x);

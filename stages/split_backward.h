@@ -51,7 +51,12 @@ class WeightGradients {
 class SplitForwardScope {
  public:
   explicit SplitForwardScope(const WeightGradients& sink);
+  // By key: activation recompute replays a forward, inside the backward, under the sink its
+  // first run had (0: none).
+  explicit SplitForwardScope(int64_t key);
   ~SplitForwardScope();
+  // The sink open on this thread; 0: none.
+  static int64_t current();
 
  private:
   int64_t previous_;

@@ -35,6 +35,8 @@ class DataSource {
   virtual TokenBatch trainBatch(uint64_t step, int firstSample, int count) const = 0;
   virtual TokenBatch validationBatch(int firstSample, int count) const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
+  // Identifies what the source reads, for checkpoints to record (empty: not recorded).
+  virtual std::string fingerprint() const { return ""; }
 };
 
 class TextDataSource : public DataSource {

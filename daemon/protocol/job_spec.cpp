@@ -16,10 +16,42 @@ namespace {
 using nlohmann::json;
 constexpr int64_t kBig = 1 << 30;
 
+void checkFileCount(const std::vector<std::string>& files, const std::string& path) {
+  if (files.empty()) throw SpecError(path, "needs at least one file");
+  if (files.size() > 65536) throw SpecError(path, "more than 65536 files");
+}
+
 DataSpec parseData(ObjectReader r) {
   DataSpec d;
-  d.files = r.strings("files", std::nullopt);
-  if (d.files.empty()) throw SpecError(r.pathOf("files"), "needs at least one file");
+  d.format = r.string("format", d.format);
+  if (d.format != "text" && d.format != "tokens") {
+    throw SpecError(r.pathOf("format"), "unknown format \"" + d.format + "\" (valid: text, tokens)");
+  }
+  if (d.format == "tokens") {
+    d.dtype = r.string("dtype", d.dtype);
+    if (d.dtype != "uint16" && d.dtype != "uint32") {
+      throw SpecError(r.pathOf("dtype"), "\"" + d.dtype + "\" (flat token files: uint16 or uint32)");
+    }
+  }
+  if (const auto* blend = r.child("blend", false)) {
+    if (d.format != "tokens") throw SpecError(r.pathOf("blend"), "blends mix pre-tokenised corpora (format \"tokens\")");
+    if (r.has("files")) throw SpecError(r.pathOf("blend"), "give files or blend, not both");
+    if (!blend->is_array() || blend->empty() || blend->size() > 256) {
+      throw SpecError(r.pathOf("blend"), "expected an array of 1..256 sources");
+    }
+    for (size_t i = 0; i < blend->size(); ++i) {
+      ObjectReader s((*blend)[i], r.pathOf("blend") + "[" + std::to_string(i) + "]");
+      BlendSource source;
+      source.files = s.strings("files", std::nullopt);
+      checkFileCount(source.files, s.pathOf("files"));
+      source.weight = s.number("weight", 1.0, 1e-9, 1e9);
+      s.finish();
+      d.blend.push_back(std::move(source));
+    }
+  } else {
+    d.files = r.strings("files", std::nullopt);
+    checkFileCount(d.files, r.pathOf("files"));
+  }
   d.sentencepieceModel = r.string("sentencepiece_model", "");
   d.evalFiles = r.strings("eval_files", std::vector<std::string>{});
   if (d.evalFiles.size() > 1024) throw SpecError(r.pathOf("eval_files"), "more than 1024 files");
@@ -255,6 +287,12 @@ JobSpec parseJobSpec(const std::string& text) {
     }
   }
   checkPredictive(spec);
+  if (spec.data.format == "tokens" && (spec.model.kind == "classifier" || spec.model.kind == "translation" ||
+                                       spec.model.kind == "electra")) {
+    throw SpecError("$.data.format", "a " + spec.model.kind + " reads " +
+                                         (spec.model.kind == "classifier" ? "labelled lines" : spec.model.kind == "translation" ? "aligned pairs" : "text per generator") +
+                                         ", not a pre-tokenised corpus");
+  }
   if ((spec.model.tieEmbeddings || !spec.model.tied.empty()) && spec.stages.size() > 1 && spec.update != "sync") {
     throw SpecError("$.update", "tied embeddings across stages sum their gradients every step: only \"sync\" "
                                 "(or model.tie_embeddings false)");

@@ -70,6 +70,9 @@ struct ModelSpec {
   int positions = 0;
   // llama, gpt2: the output head is the token embedding's matrix (gpt2's default: true).
   bool tieEmbeddings = false;
+  // "block": each block's activations are recomputed in the backward instead of kept (only
+  // its input is), for one more forward of compute; "none": kept.
+  std::string recompute = "none";
   // torchscript: pairs {a parameter of the first stage's module, one of the last's} that are
   // one matrix (a tied embedding and head), kept equal across stages as tie_embeddings does.
   std::vector<std::pair<std::string, std::string>> tied;
@@ -96,7 +99,19 @@ struct ModelSpec {
   int decoderLayers = 0;
 };
 
+// One source of a blend of pre-tokenised corpora: its shards and its share of the samples.
+struct BlendSource {
+  std::vector<std::string> files;
+  double weight = 1.0;
+};
+
 struct DataSpec {
+  // "text": files are plain text, tokenised at start (small data). "tokens": files are
+  // pre-tokenised shards (stages/token_files.h) or directories `skytrain data prepare` wrote,
+  // memory-mapped; `blend` mixes several such sources by weight instead of `files`.
+  std::string format = "text";
+  std::string dtype = "uint16";  // tokens: of flat files (an indexed dataset's .idx names its own)
+  std::vector<BlendSource> blend;
   std::vector<std::string> files;
   std::string sentencepieceModel;  // empty: byte-level tokenizer
   std::vector<std::string> evalFiles;  // validation from these (e.g. another language) instead of a held-out share

@@ -126,6 +126,17 @@ ModelSpec parseModelSpec(ObjectReader r) {
     }
   }
   if (m.kind == "llama" || m.kind == "gpt2") m.tieEmbeddings = r.boolean("tie_embeddings", m.tieEmbeddings);
+  m.recompute = r.string("recompute", m.recompute);
+  if (m.recompute != "none" && m.recompute != "block") {
+    throw SpecError(r.pathOf("recompute"), "unknown recompute \"" + m.recompute + "\" (valid: none, block)");
+  }
+  const bool zooBlocks = m.kind == "gpt" || m.kind == "gpt2" || m.kind == "llama" ||
+                         ((m.kind == "encoder" || m.kind == "classifier") && !bert);
+  if (m.recompute == "block" && !zooBlocks) {
+    throw SpecError(r.pathOf("recompute"), "block recompute is built for the gpt, gpt2 and llama kinds (and the "
+                                           "encoder and classifier with the gpt layout), not " +
+                                               (bert ? std::string("the bert layout") : "kind \"" + m.kind + "\""));
+  }
   if (const json* tied = m.kind == "torchscript" ? r.child("tied", false) : nullptr) {
     const std::string path = r.pathOf("tied");
     if (!tied->is_array() || tied->size() > 16) throw SpecError(path, "expected up to 16 pairs of parameter names");

@@ -6,6 +6,7 @@
 #include "daemon/stage/pipeline_runner.h"
 #include "scheduler/error.h"
 #include "stages/hf_checkpoint.h"
+#include "stages/token_files.h"
 #include "stages/models/model_source.h"
 
 namespace skytrain::daemon {
@@ -54,6 +55,44 @@ std::string resolve(const std::string& file, const std::string& field, const std
   return real.string();
 }
 
+// A pre-tokenised source's files, resolved: a directory `skytrain data prepare` wrote becomes
+// its train shards (its validation shards join eval_files when the spec names none), and an
+// indexed shard's .idx is held to the same roots as its .bin.
+void resolveTokenFiles(std::vector<std::string>& files, protocol::DataSpec& data, bool ownEval,
+                       const std::string& field, const std::vector<std::string>& roots) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string at = field + "[" + std::to_string(i) + "]";
+    std::error_code ec;
+    const fs::path real = fs::canonical(files[i], ec);
+    if (!ec && stages::isTokenDirectory(real.string())) {
+      resolve((real / stages::kTokenManifestName).string(), at, roots);
+      stages::TokenManifest manifest;
+      try {
+        manifest = stages::readTokenManifest(real.string());
+      } catch (const Error& e) {
+        throw SpecError(at, e.what());
+      }
+      if (manifest.layout == "flat" && manifest.dtype != data.dtype) {
+        throw SpecError(at, "\"" + files[i] + "\" holds flat " + manifest.dtype + " tokens: set data.dtype to \"" +
+                                manifest.dtype + "\"");
+      }
+      for (const auto& name : manifest.train) out.push_back(resolve((real / name).string(), at, roots));
+      if (ownEval) {
+        for (const auto& name : manifest.validation) data.evalFiles.push_back(resolve((real / name).string(), at, roots));
+      }
+      continue;
+    }
+    out.push_back(resolve(files[i], at, roots));
+  }
+  for (const auto& bin : out) {
+    const fs::path index = fs::path(bin).replace_extension(".idx");
+    std::error_code ec;
+    if (fs::path(bin).extension() == ".bin" && fs::exists(index, ec)) resolve(index.string(), field, roots);
+  }
+  files = std::move(out);
+}
+
 bool readsData(const protocol::JobSpec& spec, int stage) {
   const bool last = stage + 1 == static_cast<int>(spec.stages.size());
   return protocol::isFanIn(spec) ? !last : stage == 0 || last;
@@ -87,6 +126,20 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
     ownInit[i] = resolve(ownInit[i], "$.stages[" + std::to_string(stage) + "].init_from[" + std::to_string(i) + "]", roots, true);
   }
   if (!readsData(spec, stage)) return;
+  if (spec.data.format == "tokens") {
+    for (size_t i = 0; i < spec.data.evalFiles.size(); ++i) {
+      spec.data.evalFiles[i] = resolve(spec.data.evalFiles[i], "$.data.eval_files[" + std::to_string(i) + "]", roots);
+    }
+    const bool ownEval = spec.data.evalFiles.empty();
+    if (spec.data.blend.empty()) resolveTokenFiles(spec.data.files, spec.data, ownEval, "$.data.files", roots);
+    for (size_t s = 0; s < spec.data.blend.size(); ++s) {
+      resolveTokenFiles(spec.data.blend[s].files, spec.data, ownEval, "$.data.blend[" + std::to_string(s) + "].files", roots);
+    }
+    if (!spec.data.sentencepieceModel.empty()) {
+      spec.data.sentencepieceModel = resolve(spec.data.sentencepieceModel, "$.data.sentencepiece_model", roots);
+    }
+    return;
+  }
   auto& own = spec.stages[stage].dataFiles;
   auto& files = own.empty() ? spec.data.files : own;
   const std::string field = spec.stages[stage].dataFiles.empty() ? "$.data.files" : "$.stages[" + std::to_string(stage) + "].data_files";
@@ -118,7 +171,11 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
       if (!ec) m.dataBytes += static_cast<double>(size);  // read whole, once
     }
   }
-  if (readsData(spec, stage)) {
+  if (readsData(spec, stage) && spec.data.format == "tokens") {
+    // Mapped, not read: the windows a step touches are page cache, and an index is checked
+    // in one pass that drops its pages behind it (stages/token_files.h).
+    m.dataBytes += 32.0 * 1024 * 1024;
+  } else if (readsData(spec, stage)) {
     for (const auto& file : filesOf(spec, stage)) {
       const auto size = std::filesystem::file_size(file, ec);
       // The text, its tokens (int32) and their train/validation copies.

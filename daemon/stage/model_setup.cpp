@@ -24,6 +24,7 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   c.adapter = m.adapter;
   c.positions = m.positions;
   c.tieEmbeddings = m.tieEmbeddings;
+  c.recompute = m.recompute == "block";
   return c;
 }
 
@@ -53,6 +54,7 @@ stages::LlamaConfig llamaConfig(const protocol::ModelSpec& m) {
   c.ropeTheta = m.ropeTheta;
   c.normEps = m.normEps;
   c.tieEmbeddings = m.tieEmbeddings;
+  c.recompute = m.recompute == "block";
   return c;
 }
 
@@ -80,6 +82,9 @@ stages::ModelConfig modelConfig(const protocol::JobSpec& spec) {
 
 stages::DataConfig dataConfig(const protocol::JobSpec& spec, int stage) {
   stages::DataConfig c;
+  c.format = spec.data.format;
+  c.dtype = spec.data.dtype;
+  for (const auto& source : spec.data.blend) c.blend.emplace_back(source.files, source.weight);
   c.files = spec.data.files;
   c.stageFiles = spec.stages.at(stage).dataFiles;
   c.evalFiles = spec.data.evalFiles;

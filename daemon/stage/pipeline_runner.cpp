@@ -87,7 +87,8 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
     update_ = std::make_unique<SyncUpdate>(context_, counters_, *model_, *optimizer_, *gradients_,
                                            [this](uint64_t step, double& lossSum) { topology_->runOps(step, lossSum); });
   }
-  state_ = std::make_unique<StageState>(context_, *model_, *optimizer_, *codecs_, *links_, *update_);
+  state_ = std::make_unique<StageState>(context_, *model_, *optimizer_, *codecs_, *links_, *update_,
+                                        data_ ? data_->fingerprint() : std::string());
 
   RunPlan initial;
   initial.microBatches = spec.microBatches > 0 ? spec.microBatches : 1;

@@ -18,8 +18,9 @@ std::string stateKey(const at::Tensor& parameter) { return c10::guts::to_string(
 }  // namespace
 
 StageState::StageState(const StageContext& context, stages::Stage& model, torch::optim::Optimizer& optimizer,
-                       CodecSet& codecs, StageLinks& links, UpdatePolicy& update)
-    : context_(context), model_(model), optimizer_(optimizer), codecs_(codecs), links_(links), update_(update) {}
+                       CodecSet& codecs, StageLinks& links, UpdatePolicy& update, std::string dataFingerprint)
+    : context_(context), model_(model), optimizer_(optimizer), codecs_(codecs), links_(links), update_(update),
+      dataFingerprint_(std::move(dataFingerprint)) {}
 
 StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const RunPlan& plan) const {
   StageSnapshot s;
@@ -60,6 +61,7 @@ StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const
                         {"backward", spec.compression.backward},
                         {"warmup", spec.compression.warmup},
                         {"warmup_steps", spec.compression.warmupSteps}}}};
+  if (!dataFingerprint_.empty()) s.meta["data"] = dataFingerprint_;
   return s;
 }
 
@@ -75,6 +77,11 @@ void StageState::restore(const StageSnapshot& snapshot, const std::function<void
       meta.value("seed", uint64_t{0}) != spec.seed || meta.value("codecs", nlohmann::json())["forward"] != spec.compression.forward ||
       meta["codecs"]["backward"] != spec.compression.backward) {
     throw WireError(where + " was made for other layers, seed or codecs than this job's");
+  }
+  if (const auto data = meta.value("data", std::string()); !data.empty() && data != dataFingerprint_) {
+    throw WireError(where + " was made reading another corpus (fingerprint " + data + ", this stage reads " +
+                    (dataFingerprint_.empty() ? std::string("none") : dataFingerprint_) +
+                    "): resuming would continue on different data");
   }
   torch::NoGradGuard noGrad;
   auto& states = optimizer_.state();

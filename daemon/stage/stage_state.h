@@ -1,8 +1,8 @@
 // StageState: a stage's checkpoint, at a step boundary — a copy of everything the run's
 // future depends on (parameters, AdamW state, codec and decoder state, the CPU RNG, the
 // plan, the update policy's pending gradients) — and its restoration, which checks every
-// tensor's name, shape and dtype and that the snapshot was made for this job's layers, seed
-// and codecs.
+// tensor's name, shape and dtype and that the snapshot was made for this job's layers, seed,
+// codecs and corpus.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +29,10 @@ struct StageContext;
 
 class StageState {
  public:
+  // `dataFingerprint`: what the stage's data source reads (stages::DataSource::fingerprint);
+  // a snapshot made on another corpus is refused.
   StageState(const StageContext& context, stages::Stage& model, torch::optim::Optimizer& optimizer, CodecSet& codecs,
-             StageLinks& links, UpdatePolicy& update);
+             StageLinks& links, UpdatePolicy& update, std::string dataFingerprint);
 
   StageSnapshot snapshot(const std::string& jobId, int64_t step, const RunPlan& plan) const;
   // Restores `snapshot`; `applyPlan` installs its plan before the codecs' state is read (the
@@ -44,6 +46,7 @@ class StageState {
   CodecSet& codecs_;
   StageLinks& links_;
   UpdatePolicy& update_;
+  std::string dataFingerprint_;
 };
 
 }  // namespace skytrain::daemon

@@ -60,7 +60,10 @@ std::vector<int64_t> gptInputShape(const GptConfig& c, int firstLayer, int64_t s
 
 double gptStashBytesPerSample(const GptConfig& c, int firstLayer, int lastLayer) {
   const double t = c.seqLen;
-  double floats = (lastLayer - firstLayer) * t * (16.0 * c.dModel + 3.0 * c.dFf + 2.0 * c.heads * t);
+  const double block = t * (16.0 * c.dModel + 3.0 * c.dFf + 2.0 * c.heads * t);
+  // Recompute: every block's input, and one block's activations while it is replayed.
+  double floats = c.recompute && !c.crossAttention ? (lastLayer - firstLayer) * t * c.dModel + block
+                                                   : (lastLayer - firstLayer) * block;
   if (lastLayer == c.layers) floats += 2.0 * t * (c.outputs > 0 ? c.outputs : c.vocabSize);
   return 4.0 * floats;
 }

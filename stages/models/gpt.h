@@ -48,6 +48,9 @@ struct GptConfig {
   // The vocabulary head is the token embedding's matrix: one tensor in a stage holding both
   // ends; else the last stage's head starts as a copy and the runner keeps the two equal.
   bool tieEmbeddings = false;
+  // Activation recompute: each block keeps only its input for the backward, and runs its
+  // forward again there (stages/recompute.h). Blocks that attend to memory keep theirs.
+  bool recompute = false;
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds

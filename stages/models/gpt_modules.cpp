@@ -176,6 +176,9 @@ GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout)
       add(i, std::make_shared<Block>(c));
     }
   }
+  if (c.recompute) {
+    for (auto& block : blocks) recomputable.emplace_back([b = block.get()](const torch::Tensor& x) { return b->forward(x, {}); });
+  }
   if (last == c.layers) {
     lnF = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
     if (c.head && c.tieEmbeddings && tok) {
@@ -206,7 +209,10 @@ torch::Tensor GptSlice::features(const torch::Tensor& input, const torch::Tensor
     }
     x = torch::dropout(tok->forward(input) + pos.slice(0, 0, input.size(1)), dropout, is_training());
   }
-  for (auto& block : blocks) x = block->forward(x, memory);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    x = recomputable.empty() || memory.defined() ? blocks[i]->forward(x, memory)
+                                                 : recomputed(recomputable[i], x, dropout > 0 && is_training());
+  }
   return lnF ? lnF->forward(x) : x;
 }
 

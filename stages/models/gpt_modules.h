@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "stages/models/gpt.h"
+#include "stages/recompute.h"
 
 namespace skytrain::stages::detail {
 
@@ -104,6 +105,7 @@ struct GptSlice : nn::Module {
   nn::LayerNorm lnF{nullptr};
   nn::Linear head{nullptr};
   bool tiedHead = false;  // the head is tok's matrix (tied embeddings, both ends in this slice)
+  std::vector<BlockFunction> recomputable;  // recompute: each block's forward without memory
 };
 
 // GPT-2 initialisation of every parameter from (seed, its name within the slice) alone;

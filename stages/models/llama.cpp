@@ -9,6 +9,7 @@
 #include "scheduler/error.h"
 #include "stages/models/gpt_modules.h"
 #include "stages/module_stage.h"
+#include "stages/recompute.h"
 #include "stages/split_backward.h"
 
 namespace skytrain::stages {
@@ -106,6 +107,9 @@ struct Slice : nn::Module {
   Slice(const LlamaConfig& c, int first, int last) {
     if (first == 0) tok = register_module("tok_emb", nn::Embedding(c.vocabSize, c.dModel));
     for (int i = first; i < last; ++i) blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>(c)));
+    if (c.recompute) {
+      for (auto& block : blocks) recomputable.emplace_back([b = block.get()](const torch::Tensor& x) { return b->forward(x); });
+    }
     if (last == c.layers) {
       norm = register_module("norm", std::make_shared<RmsNorm>(c.dModel, c.normEps));
       // Tied and holding the embedding: the head is the embedding's own matrix.
@@ -124,7 +128,9 @@ struct Slice : nn::Module {
     if (x.size(1) > seqLen) {
       throw Error("sequence length " + std::to_string(x.size(1)) + " exceeds the model's " + std::to_string(seqLen));
     }
-    for (auto& block : blocks) x = block->forward(x);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      x = recomputable.empty() ? blocks[i]->forward(x) : recomputed(recomputable[i], x, /*replayRng=*/false);
+    }
     if (!norm) return x;
     x = norm->forward(x);
     return head ? linear(*head, x) : torch::linear(x, tok->weight);
@@ -132,6 +138,7 @@ struct Slice : nn::Module {
   int64_t seqLen = 0;
   nn::Embedding tok{nullptr};
   std::vector<std::shared_ptr<Block>> blocks;
+  std::vector<BlockFunction> recomputable;  // recompute: each block's forward
   std::shared_ptr<RmsNorm> norm;
   nn::Linear head{nullptr};
 };
@@ -190,7 +197,9 @@ std::vector<int64_t> llamaInputShape(const LlamaConfig& c, int firstLayer, int64
 
 double llamaStashBytesPerSample(const LlamaConfig& c, int firstLayer, int lastLayer) {
   const double t = c.seqLen;
-  double floats = (lastLayer - firstLayer) * t * (10.0 * c.dModel + 4.0 * c.dFf + 2.0 * c.heads * t);
+  const double block = t * (10.0 * c.dModel + 4.0 * c.dFf + 2.0 * c.heads * t);
+  // Recompute: every block's input, and one block's activations while it is replayed.
+  double floats = c.recompute ? (lastLayer - firstLayer) * t * c.dModel + block : (lastLayer - firstLayer) * block;
   if (lastLayer == c.layers) floats += 2.0 * t * c.vocabSize;
   return 4.0 * floats;
 }

@@ -25,6 +25,7 @@ struct LlamaConfig {
   // tensor; otherwise the last stage's "head.weight" starts as a copy of "tok_emb.weight"
   // and the runner keeps the two equal (their gradients summed every step).
   bool tieEmbeddings = false;
+  bool recompute = false;  // activation recompute per block (stages/recompute.h)
 };
 
 // Stage holding blocks [firstLayer, lastLayer): the first also holds the token embedding

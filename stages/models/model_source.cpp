@@ -11,6 +11,7 @@
 #include "stages/models/electra.h"
 #include "stages/labelled_data.h"
 #include "stages/parallel_data.h"
+#include "stages/token_data.h"
 #include "stages/models/torchscript_stage.h"
 #include "stages/models/translation.h"
 
@@ -394,6 +395,19 @@ const std::map<std::string, Factory>& registry() {
 }  // namespace
 
 std::unique_ptr<DataSource> ModelSource::makeData(const DataConfig& config, int) const {
+  if (config.format == "tokens") {
+    TokenDataOptions options;
+    options.evalFiles = config.evalFiles;
+    options.sentencepieceModel = config.sentencepieceModel;
+    options.validationFraction = config.validationFraction;
+    options.seqLen = config.seqLen;
+    options.seed = config.seed;
+    options.flatDtype = tokenDtype(config.dtype);
+    options.vocabSize = config.vocabSize;
+    if (config.blend.empty()) options.sources.push_back({config.files, 1.0});
+    for (const auto& [files, weight] : config.blend) options.sources.push_back({files, weight});
+    return std::make_unique<TokenDataSource>(options);
+  }
   auto options = dataOptions<TextDataOptions>(config);
   if (!config.stageFiles.empty()) options.files = config.stageFiles;
   return std::make_unique<TextDataSource>(options);

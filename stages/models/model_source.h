@@ -46,6 +46,9 @@ struct ModelConfig {
 
 // The job's data, as a model source's data source takes it.
 struct DataConfig {
+  std::string format = "text";  // or "tokens": pre-tokenised shards (stages/token_data.h)
+  std::string dtype = "uint16";  // tokens: of flat files
+  std::vector<std::pair<std::vector<std::string>, double>> blend;  // tokens: sources and weights; empty: files
   std::vector<std::string> files;
   std::vector<std::string> stageFiles;  // this stage's own files (a producer's language); empty: files
   std::vector<std::string> evalFiles;

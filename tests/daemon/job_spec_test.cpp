@@ -313,6 +313,50 @@ TEST_CASE("translation specs: two stages, each with its own init_from; adapters 
   CHECK(refusal(badAdapter).first == "$.model.adapter");
 }
 
+TEST_CASE("data: plain text by default; pre-tokenised shards, blended by weight") {
+  json spec = validSpec();
+  CHECK(parseJobSpec(spec.dump()).data.format == "text");
+  spec["data"] = {{"format", "tokens"}, {"dtype", "uint32"},
+                  {"blend", json::array({{{"files", {"/d/web"}}, {"weight", 3}}, {{"files", {"/d/a.bin", "/d/b.bin"}}}})}};
+  const auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.data.format == "tokens");
+  CHECK(parsed.data.dtype == "uint32");
+  REQUIRE(parsed.data.blend.size() == 2);
+  CHECK(parsed.data.blend[0].weight == 3);
+  CHECK(parsed.data.blend[1].weight == 1);
+  CHECK(parsed.data.blend[1].files.size() == 2);
+  CHECK(parsed.data.files.empty());
+  SECTION("files and blend together") {
+    spec["data"]["files"] = {"/d/x.bin"};
+    CHECK(refusal(spec).first == "$.data.blend");
+  }
+  SECTION("a blend of text") {
+    spec["data"]["format"] = "text";
+    spec["data"].erase("dtype");
+    CHECK(refusal(spec).first == "$.data.blend");
+  }
+  SECTION("a weight of zero") {
+    spec["data"]["blend"][0]["weight"] = 0;
+    CHECK(refusal(spec).first == "$.data.blend[0].weight");
+  }
+  SECTION("a source without files") {
+    spec["data"]["blend"][1]["files"] = json::array();
+    CHECK(refusal(spec).first == "$.data.blend[1].files");
+  }
+  SECTION("an unknown dtype or format") {
+    spec["data"]["dtype"] = "float32";
+    CHECK(refusal(spec).first == "$.data.dtype");
+    spec["data"]["dtype"] = "uint16";
+    spec["data"]["format"] = "parquet";
+    CHECK(refusal(spec).first == "$.data.format");
+  }
+  SECTION("a kind that reads other data") {
+    spec["model"]["kind"] = "classifier";
+    spec["model"]["classes"] = {"a", "b"};
+    CHECK(refusal(spec).first == "$.data.format");
+  }
+}
+
 TEST_CASE("every job spec in deploy/jobs parses") {
   int seen = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(SKYTRAIN_SOURCE_DIR) + "/deploy/jobs")) {

@@ -88,3 +88,20 @@ TEST_CASE("the bert layout of the encoder and classifier: its presets, eps and t
   spec["model"] = {{"kind", "encoder"}, {"layout", "roberta"}};
   CHECK_THAT(refusal(spec).second, Catch::Contains("unknown layout \"roberta\" (valid: gpt, bert)"));
 }
+
+TEST_CASE("recompute: none by default, block for the zoo's decoder blocks") {
+  json spec = validSpec();
+  CHECK(parseJobSpec(spec.dump()).model.recompute == "none");
+  spec["model"]["recompute"] = "block";
+  CHECK(parseJobSpec(spec.dump()).model.recompute == "block");
+  spec["model"]["kind"] = "llama";
+  CHECK(parseJobSpec(spec.dump()).model.recompute == "block");
+  spec["model"]["recompute"] = "selective";
+  CHECK(refusal(spec).first == "$.model.recompute");
+  spec["model"]["recompute"] = "block";
+  spec["model"]["kind"] = "encoder";
+  spec["model"]["layout"] = "bert";
+  const auto [path, message] = refusal(spec);
+  CHECK(path == "$.model.recompute");
+  CHECK_THAT(message, Catch::Contains("the bert layout"));
+}

@@ -8,6 +8,7 @@
 #   corrupt kill -9 the stage-1 daemon and corrupt its two newest checkpoints: the
 #          coordinator must fall back to an older complete one
 #   resume cancel the job, then `skytrain resume` it from its last checkpoint
+#   kill-tokens  the kill case, reading a pre-tokenised corpus (`skytrain data prepare`)
 # In the coord case `skytrain logs -f` follows the job throughout and must re-attach.
 # Each job must succeed with final parameters bit-identical to an undisturbed run's. The
 # kill case runs four times: without compression, with error-feedback int8 + SVD codecs,
@@ -19,10 +20,10 @@ set -euo pipefail
 daemon=$1 cli=$2 corpus=$3
 shift 3
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred stop coord orphan corrupt resume)
+[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop coord orphan corrupt resume)
 work=$(mktemp -d)
 source "$(dirname "$0")/../../deploy/local-daemons.sh"
-cleanup() { stop_daemons; for p in $(cat "$work"/*.pid 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
+cleanup() { stop_daemons; rm -rf "$tokens"; for p in $(cat "$work"/*.pid 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$work"/*/daemon.log; do echo "== $f"; tail -30 "$f"; done >&2; exit 1; }
 now() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
@@ -32,6 +33,8 @@ socks = [socket.socket() for _ in range(4)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))'))
 data_root=$(dirname "$corpus")
+tokens=$data_root/chaos-tokens-$$  # under the daemons' data_roots
+"$cli" data prepare "$corpus" -o "$tokens" --split line --validation 0.01 --no-progress > /dev/null
 make_keys "$work/keys" "$cli" 2
 start_daemon A "$daemon" "$work/a" "tcp://127.0.0.1:${ports[0]}" "tcp://127.0.0.1:${ports[1]}"
 start_daemon B "$daemon" "$work/b" "tcp://127.0.0.1:${ports[2]}" "tcp://127.0.0.1:${ports[3]}"
@@ -46,9 +49,9 @@ restart() {
 }
 
 spec() {  # spec NAME VARIANT (none, ef, delayed or pred) -> path
-  python3 - "$A" "$B" "$corpus" "$work/$1.json" "$2" <<'PY'
+  python3 - "$A" "$B" "$corpus" "$work/$1.json" "$2" "$tokens" <<'PY'
 import json, sys
-a, b, corpus, out, codecs = sys.argv[1:]
+a, b, corpus, out, codecs, tokens = sys.argv[1:]
 s = {"name": out, "seed": 7, "steps": 150, "batch_size": 8, "micro_batches": 2, "schedule": "1f1b",
      "model": {"d_model": 64, "heads": 4, "layers": 2, "d_ff": 256, "seq_len": 64},
      "data": {"files": [corpus]}, "eval": {"samples": 8},
@@ -60,6 +63,8 @@ if codecs == "delayed":
     s["update"] = "delayed"
 if codecs == "pred":
     s["compression"] = {"forward": "q13+pred", "backward": "q13"}
+if codecs == "tokens":
+    s["data"] = {"format": "tokens", "files": [tokens]}
 
 json.dump(s, open(out, "w"))
 print(out)
@@ -94,7 +99,7 @@ same_weights() {  # same_weights JOB1 JOB2: every stage's saved parameters, byte
 }
 
 declare -A reference
-for codecs in none ef delayed pred; do
+for codecs in none ef delayed pred tokens; do
   job=$("$cli" submit --detach "$(spec "ref-$codecs" "$codecs")" | awk '{print $3}')
   wait_end "$job"
   reference[$codecs]=$job
@@ -121,6 +126,7 @@ echo "| case | detection | fault to resumed attempt | resumed from | restarts |"
 echo "|---|---|---|---|---|"
 for c in "${cases[@]}"; do
   codecs=none; [ "$c" = kill-ef ] && codecs=ef; [ "$c" = kill-delayed ] && codecs=delayed; [ "$c" = kill-pred ] && codecs=pred
+  [ "$c" = kill-tokens ] && codecs=tokens
   job=$("$cli" submit --detach "$(spec "$c" "$codecs")" | awk '{print $3}')
   follower=
   if [ "$c" = coord ]; then
@@ -132,7 +138,7 @@ for c in "${cases[@]}"; do
   at=$(steps_done "$job")
   t=$(now)
   case "$c" in
-    kill|kill-ef|kill-delayed|kill-pred)
+    kill|kill-ef|kill-delayed|kill-pred|kill-tokens)
       kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
       sleep 1
       pid_b=$(restart "$work/b") ;;

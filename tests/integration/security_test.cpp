@@ -7,6 +7,7 @@
 #include <zmq_addon.hpp>
 
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "daemon_fixture.h"
 #include "scheduler/error.h"
 #include "stages/safetensors.h"
+#include "stages/token_files.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;
@@ -264,6 +266,44 @@ TEST_CASE("regressions: requests that used to end or exhaust a daemon are refuse
     one.tensors.emplace_back("model.norm.weight", torch::ones({16}));
     std::ofstream(dir / "model.safetensors", std::ios::binary) << stages::encodeSafetensors(one);
     submitFails(s, "num_hidden_layers: config.json has 3, the spec 2");
+    for (const auto* d : {&a, &b}) CHECK(ping(context, *d, keys.as("root", d->publicKey()))["ok"] == true);
+    std::filesystem::remove_all(dir);
+  }
+  SECTION("a crafted token corpus fails the job with the file and offset, reads nothing outside the data roots, and "
+          "the daemons stay up") {
+    const auto dir = std::filesystem::path(corpusDir) / "security_test_tokens";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    {
+      stages::TokenShardWriter w((dir / "train-00000.bin").string(), stages::TokenDtype::U16, true);
+      w.append(std::vector<int32_t>(4000, 65));
+      w.finish();
+    }
+    stages::TokenManifest manifest;
+    manifest.train = {"train-00000.bin"};
+    auto writeManifest = [&] { std::ofstream(dir / stages::kTokenManifestName) << stages::tokenManifestJson(manifest); };
+    writeManifest();
+    Json s = spec();
+    s["data"] = {{"format", "tokens"}, {"files", {dir.string()}}};
+    // The index symlinked out of the roots.
+    std::filesystem::rename(dir / "train-00000.idx", dir / "real.idx");
+    std::filesystem::create_symlink("/etc/passwd", dir / "train-00000.idx");
+    submitFails(s, "is not under this daemon's data_roots");
+    std::filesystem::remove(dir / "train-00000.idx");
+    // An index that points past its .bin.
+    std::string index;
+    {
+      std::ifstream in(dir / "real.idx", std::ios::binary);
+      index.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const int32_t length = 1 << 30;
+    std::memcpy(&index[34], &length, sizeof length);
+    std::ofstream(dir / "train-00000.idx", std::ios::binary) << index;
+    submitFails(s, "past the end of");
+    // A manifest naming a file out of the directory.
+    manifest.train = {"../../../../etc/passwd"};
+    writeManifest();
+    submitFails(s, "is not a plain file name");
     for (const auto* d : {&a, &b}) CHECK(ping(context, *d, keys.as("root", d->publicKey()))["ok"] == true);
     std::filesystem::remove_all(dir);
   }

@@ -110,3 +110,27 @@ TEST_CASE("bad llama sizes are refused with the reason") {
   CHECK_THROWS_WITH(makeLlamaStage(tiny(), 0, 4, 1)->infer(torch::zeros({1, 13}, torch::kLong)),
                     Catch::Contains("sequence length 13"));
 }
+
+TEST_CASE("llama block recompute trains bit for bit as keeping the activations does") {
+  LlamaConfig c = tiny();
+  LlamaConfig r = c;
+  r.recompute = true;
+  auto kept = makeLlamaStage(c, 0, c.layers, 5);
+  auto replayed = makeLlamaStage(r, 0, c.layers, 5);
+  torch::manual_seed(2);
+  const at::Tensor ids = torch::randint(0, c.vocabSize, {2, 12}, torch::kLong);
+  const at::Tensor targets = torch::randint(0, c.vocabSize, {2, 12}, torch::kLong);
+  for (Stage* s : {kept.get(), replayed.get()}) {
+    const at::Tensor out = s->forward(0, ids).requires_grad_(true);
+    s->loss(out, targets).backward();
+    s->backward(0, out.grad());
+  }
+  std::map<std::string, at::Tensor> expected;
+  for (const auto& [name, p] : kept->namedParameters()) expected[name] = p;
+  for (const auto& [name, p] : replayed->namedParameters()) {
+    INFO(name);
+    REQUIRE(p.grad().defined());
+    CHECK(torch::equal(p.grad(), expected.at(name).grad()));
+  }
+  CHECK(llamaStashBytesPerSample(r, 0, c.layers) < llamaStashBytesPerSample(c, 0, c.layers));
+}
