@@ -31,8 +31,10 @@ PY
 import json, sys
 s = json.load(sys.stdin)
 m = s['summary']
-print(s['state'], m.get('final_loss', float('nan')), m.get('validation_loss', float('nan')), sum(1 for r in s['steps'] if r.get('skipped')))")
-  echo "seed $seed: state, train loss (last 10), validation loss, skipped steps: $line"
+import statistics
+print(s['state'], m.get('final_loss', float('nan')), m.get('validation_loss', float('nan')), sum(1 for r in s['steps'] if r.get('skipped')),
+      statistics.median(r['step_s'] for r in s['steps']))")
+  echo "seed $seed: state, train loss (last 10), validation loss, skipped steps, median step s: $line"
   results+=("$line")
 done
 printf '%s\n' "${results[@]}" | python3 -c "
@@ -42,4 +44,5 @@ for i, what in ((1, 'train loss'), (2, 'validation loss')):
     v = [float(r[i]) for r in rows]
     sd = st.stdev(v) if len(v) > 1 else 0.0
     print(f'{what}: mean {st.mean(v):.4f}, min-max {min(v):.4f}-{max(v):.4f}, std {sd:.4f} over {len(v)} seeds')
+print(f'median step time: mean {st.mean(float(r[4]) for r in rows):.4f} s over {len(rows)} seeds')
 print('succeeded:', sum(r[0] == 'succeeded' for r in rows), 'of', len(rows))"

@@ -10,12 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 copies=${1:-150}
 steps=${2:-20}
-work=$(mktemp -d -p "$PWD/build/data")
 source deploy/local-daemons.sh
-trap 'stop_daemons; rm -rf "$work"' EXIT
-cli=build/client/skytrain
-corpus=$PWD/build/data/web.txt
-deploy/get-corpus.sh "$corpus" > /dev/null
+bench_workspace
 for _ in $(seq "$copies"); do cat "$corpus"; done > "$work/big.txt"
 echo "corpora: $(du -h "$corpus" | cut -f1) and $(du -h "$work/big.txt" | cut -f1) of text"
 for name in small big; do

@@ -12,6 +12,7 @@
 #       lose the pid.)
 #   start_demo_pair WORK   from the repository root: the demo corpus (build/data), keys, and
 #       two daemons whose control endpoints it puts in $A and $B; sets $corpus
+#   bench_workspace                          $work, $cli and $corpus for a benchmark
 #   stop_daemons                             stops every daemon started so far
 # With insecure_daemons=1 the daemons run without keys (plaintext; loopback only), for
 # benchmarks that compare the two. $daemon_config_extra (', "key": value, ...') is added
@@ -81,6 +82,16 @@ start_demo_pair() {
   make_keys "$1/keys" build/client/skytrain 2
   start_daemon A build/daemon/skytraind "$1/a"
   start_daemon B build/daemon/skytraind "$1/b"
+}
+
+# bench_workspace: for a benchmark run from the repository root: $work (removed at exit, the
+# daemons stopped), $cli, and the demo corpus in $corpus.
+bench_workspace() {
+  work=$(mktemp -d -p "$PWD/build/data")
+  trap 'stop_daemons; rm -rf "$work"' EXIT
+  cli=build/client/skytrain
+  corpus=$PWD/build/data/web.txt
+  deploy/get-corpus.sh "$corpus" > /dev/null
 }
 
 stop_daemons() {

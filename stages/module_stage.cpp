@@ -3,8 +3,19 @@
 #include <torch/torch.h>
 
 #include "scheduler/error.h"
+#include "stages/precision.h"
 
 namespace skytrain::stages {
+namespace {
+
+// What a stage hands on is fp32 whatever autocast computed it in (a differentiable cast):
+// the link's codec, not the arithmetic, decides what crosses.
+at::Tensor fp32(at::Tensor out) {
+  const auto type = out.scalar_type();
+  return type == at::kBFloat16 || type == at::kHalf ? out.to(at::kFloat) : out;
+}
+
+}  // namespace
 
 at::Tensor Stage::loss(const at::Tensor& output, const at::Tensor& targets) {
   const at::Tensor flat = targets.reshape({-1});
@@ -68,12 +79,15 @@ at::Tensor ModuleStage::forward(int microBatch, const at::Tensor& input) {
     entry.input = input.detach().requires_grad_(true);
     x = entry.input;
   }
-  if (split_) {
-    entry.weights = std::make_unique<WeightGradients>();
-    SplitForwardScope scope(*entry.weights);
-    entry.output = hooks_.forward(x);
-  } else {
-    entry.output = hooks_.forward(x);
+  {
+    AutocastScope precision(bf16_);
+    if (split_) {
+      entry.weights = std::make_unique<WeightGradients>();
+      SplitForwardScope scope(*entry.weights);
+      entry.output = fp32(hooks_.forward(x));
+    } else {
+      entry.output = fp32(hooks_.forward(x));
+    }
   }
   at::Tensor out = entry.output.detach();
   stash_.emplace(microBatch, std::move(entry));
@@ -106,7 +120,8 @@ void ModuleStage::backwardWeights(int microBatch) {
 at::Tensor ModuleStage::infer(const at::Tensor& input) {
   torch::NoGradGuard noGrad;
   hooks_.train(false);
-  at::Tensor out = hooks_.forward(input);
+  AutocastScope precision(bf16_);
+  at::Tensor out = fp32(hooks_.forward(input));
   hooks_.train(true);
   return out;
 }

@@ -51,6 +51,10 @@ class ModuleStage : public Stage {
     return true;
   }
   void backwardWeights(int microBatch) override;
+  bool setBf16(bool on) override {
+    bf16_ = on;
+    return true;
+  }
   void setTargets(const at::Tensor& targets) override;
   at::Tensor generate(const at::Tensor& input, int maxTokens) override;
   std::vector<std::string> adopt(const std::function<at::Tensor(const std::string&)>& find) override;
@@ -64,6 +68,7 @@ class ModuleStage : public Stage {
   ModuleHooks hooks_;
   std::map<int, Stashed> stash_;
   bool split_ = false;
+  bool bf16_ = false;
   std::map<int, std::unique_ptr<WeightGradients>> pendingWeights_;  // backward done, W not yet
 };
 

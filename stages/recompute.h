@@ -1,6 +1,7 @@
 // Activation recompute (model.recompute "block"): a block's forward runs without keeping its
-// activations, and its backward runs that forward again — with the CPU RNG state and the
-// ZB-H1 weight-gradient sink the first run had — then back-propagates through the replay.
+// activations, and its backward runs that forward again — with the CPU RNG state, the
+// autocast precision and the ZB-H1 weight-gradient sink the first run had — then
+// back-propagates through the replay.
 // Only each block's input stays stashed between a micro-batch's forward and its backward;
 // the price is one more forward of every block in the backward.
 #pragma once

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "stages/precision.h"
+
 namespace skytrain::stages {
 namespace {
 
@@ -132,7 +134,9 @@ SplitForwardScope::~SplitForwardScope() { tForwardSink = previous_; }
 int64_t SplitForwardScope::current() { return tForwardSink; }
 
 at::Tensor linear(torch::nn::LinearImpl& layer, const at::Tensor& x) {
-  if (tForwardSink == 0 || !torch::GradMode::is_enabled()) return layer.forward(x);
+  // Under bf16 autocast the product goes through autocast's own casts, undeferred: the
+  // deferred function would see fp32 weights against a bf16 gradient.
+  if (tForwardSink == 0 || !torch::GradMode::is_enabled() || AutocastScope::active()) return layer.forward(x);
   if (!layer.bias.defined()) return DeferredLinearNoBias::apply(x, layer.weight, tForwardSink);
   return DeferredLinear::apply(x, layer.weight, layer.bias, tForwardSink);
 }

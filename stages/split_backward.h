@@ -63,7 +63,8 @@ class SplitForwardScope {
 };
 
 // A linear layer's forward: layer->forward(x), or inside a SplitForwardScope the same
-// product through a function whose backward defers the weight gradient.
+// product through a function whose backward defers the weight gradient (not under bf16
+// autocast: there the layer's weight gradient comes in its backward, as without the split).
 at::Tensor linear(torch::nn::LinearImpl& layer, const at::Tensor& x);
 
 }  // namespace skytrain::stages

@@ -233,6 +233,13 @@ JobSpec parseJobSpec(const std::string& text) {
   if (spec.schedule != "auto" && !scheduler::parseScheduleKind(spec.schedule)) {
     throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\" (valid: gpipe, 1f1b, 1f1b-delay, zb-h1, auto)");
   }
+  spec.precision = r.string("precision", spec.precision);
+  if (spec.precision == "fp16") {
+    throw SpecError("$.precision", "fp16 needs dynamic loss scaling, which is not built yet: use bf16");
+  }
+  if (spec.precision != "fp32" && spec.precision != "bf16") {
+    throw SpecError("$.precision", "unknown precision \"" + spec.precision + "\" (valid: fp32, bf16)");
+  }
   spec.update = r.string("update", spec.update);
   if (spec.update != "sync" && spec.update != "delayed") {
     throw SpecError("$.update", "unknown update \"" + spec.update + "\" (valid: sync, delayed)");
@@ -249,6 +256,8 @@ JobSpec parseJobSpec(const std::string& text) {
   if (const json* o = r.child("optimizer", false)) spec.optimizer = parseOptimizer(ObjectReader(*o, "$.optimizer"));
   if (const json* c = r.child("compression", false)) {
     spec.compression = parseCompression(ObjectReader(*c, "$.compression"));
+  } else if (spec.precision == "bf16" && spec.model.kind != "electra") {
+    spec.compression.forward = spec.compression.backward = "bf16";  // what the stages compute in
   }
   if (const json* e = r.child("eval", false)) spec.eval = parseEval(ObjectReader(*e, "$.eval"));
   if (const json* c = r.child("checkpoint", false)) spec.checkpoint = parseCheckpoint(ObjectReader(*c, "$.checkpoint"));

@@ -195,6 +195,9 @@ struct JobSpec {
   std::string schedule = "auto";  // "gpipe", "1f1b", "1f1b-delay", "zb-h1" or "auto"
   // "sync": every step's update before the next step (the same update as one process).
   // "delayed": the one-step-delayed update (scheduler/schedule.h), steps overlap; 1F1B only.
+  // "fp32", or "bf16": every stage's forward under autocast (matrix products in bf16), with
+  // fp32 weights, gradients and AdamW state; links then default to the bf16 codec.
+  std::string precision = "fp32";
   std::string update = "sync";
   ModelSpec model;
   DataSpec data;

@@ -116,6 +116,9 @@ std::unique_ptr<stages::Stage> PipelineRunner::buildStage(StageFacts* facts) {
   } catch (const Error& e) {  // WireError (a malformed file) included
     throw Error(std::string(protocol::kBadModel) + e.what());
   }
+  if (spec.precision == "bf16" && !built->setBf16(true)) {
+    throw Error(std::string(protocol::kBadModel) + "stage " + std::to_string(stage) + " cannot compute in bf16");
+  }
   if (!context_.device.is_cpu()) {
     torch::NoGradGuard noGrad;  // parameters and buffers in place, as Module.to() does
     for (auto& [name, tensor] : built->stateDict()) tensor.set_data(tensor.to(context_.device));

@@ -235,9 +235,12 @@ void StageWorker::run() {
   } catch (const Aborted&) {
     spdlog::info("job {} {}: aborted", a.jobId, name);
   } catch (const std::exception& e) {
-    spdlog::error("job {} {}: failed: {}", a.jobId, name, e.what());
+    // LibTorch's errors carry a C++ backtrace: the user gets the message without it.
+    const auto* torchError = dynamic_cast<const c10::Error*>(&e);
+    const std::string message = torchError ? torchError->what_without_backtrace() : e.what();
+    spdlog::error("job {} {}: failed: {}", a.jobId, name, message);
     auto failed = simple(protocol::ReportKind::Failed, 0);
-    failed.error = std::string(e.what()).substr(0, protocol::kMaxErrorLength);
+    failed.error = message.substr(0, protocol::kMaxErrorLength);
     report(std::move(failed));
   }
   finished_ = true;

@@ -370,3 +370,19 @@ TEST_CASE("every job spec in deploy/jobs parses") {
   }
   CHECK(seen >= 4);
 }
+
+TEST_CASE("precision: fp32 by default; bf16 links default to the bf16 codec; fp16 refused for now") {
+  json spec = validSpec();
+  CHECK(parseJobSpec(spec.dump()).precision == "fp32");
+  spec["precision"] = "bf16";
+  auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.precision == "bf16");
+  CHECK(parsed.compression.forward == "bf16");
+  CHECK(parsed.compression.backward == "bf16");
+  spec["compression"] = {{"forward", "none"}};
+  CHECK(parseJobSpec(spec.dump()).compression.forward == "none");
+  spec["precision"] = "fp16";
+  CHECK_THAT(refusal(spec).second, Catch::Contains("loss scaling"));
+  spec["precision"] = "int8";
+  CHECK(refusal(spec).first == "$.precision");
+}

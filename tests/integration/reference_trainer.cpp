@@ -29,6 +29,7 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
   whole.stages[0].lastLayer = m.layers;
   auto model = stages::makeModelSource(daemon::modelConfig(whole))->build(0);
   stages::applyTrainable(*model, parsed.model.trainable);
+  if (parsed.precision == "bf16") model->setBf16(true);
   for (const auto& file : parsed.model.initFrom) {
     std::ifstream in(file, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

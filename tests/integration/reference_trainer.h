@@ -19,7 +19,7 @@ struct Trained {
 };
 
 // Trains the unsplit model of `spec` (model.kind gpt, the spec's sizes, seed, batch, steps,
-// data.files, init_from, trainable and optimizer) on the whole batch, step by step, in this
+// data.files, init_from, trainable, precision and optimizer) on the whole batch, step by step, in this
 // process: PyTorch's own recipe, the learning rate set per step, clip_grad_norm_ over all
 // parameters. `delayed`: PipeDream-2BW's update instead, W(t) = W(t-1) - update(g(t-2)),
 // each gradient clipped by its own norm and applied with its own step's learning rate, the

@@ -265,3 +265,50 @@ TEST_CASE("block recompute trains bit for bit as keeping the activations does, w
     }
   }
 }
+
+TEST_CASE("a bf16 stage: fp32 weights, gradients and output, bf16 matrix products, recompute still exact") {
+  GptConfig c = tiny();
+  GptConfig r = c;
+  r.recompute = true;
+  auto fp32 = makeGptStage(c, 2, 4, 7);
+  auto bf16 = makeGptStage(c, 2, 4, 7);
+  auto bf16Replayed = makeGptStage(r, 2, 4, 7);
+  REQUIRE(bf16->setBf16(true));
+  REQUIRE(bf16Replayed->setBf16(true));
+  torch::manual_seed(4);
+  const at::Tensor x = torch::randn({2, 12, 32}), g = torch::randn({2, 12, 50});
+  const at::Tensor y32 = fp32->forward(0, x), y16 = bf16->forward(0, x), y16r = bf16Replayed->forward(0, x);
+  CHECK(y16.scalar_type() == at::kFloat);
+  CHECK_FALSE(torch::equal(y16, y32));  // it did compute in bf16
+  CHECK(torch::allclose(y16, y32, 0.05, 0.05));
+  CHECK(torch::equal(y16, y16r));
+  const at::Tensor d32 = fp32->backward(0, g), d16 = bf16->backward(0, g), d16r = bf16Replayed->backward(0, g);
+  CHECK(d16.scalar_type() == at::kFloat);
+  CHECK(torch::equal(d16, d16r));
+  const auto expected = byName(*bf16);
+  for (const auto& [name, p] : byName(*bf16Replayed)) {
+    INFO(name);
+    CHECK(p.scalar_type() == at::kFloat);
+    CHECK(p.grad().scalar_type() == at::kFloat);
+    CHECK(torch::equal(p.grad(), expected.at(name).grad()));
+  }
+  CHECK(torch::equal(bf16->infer(x), y16));
+}
+
+TEST_CASE("a bf16 stage under the zero-bubble split computes what it computes without it") {
+  auto plain = makeGptStage(tiny(), 2, 4, 7);
+  auto split = makeGptStage(tiny(), 2, 4, 7);
+  REQUIRE(plain->setBf16(true));
+  REQUIRE(split->setBf16(true));
+  REQUIRE(split->setSplitBackward(true));
+  torch::manual_seed(5);
+  const at::Tensor x = torch::randn({2, 12, 32}), g = torch::randn({2, 12, 50});
+  CHECK(torch::equal(plain->forward(0, x), split->forward(0, x)));
+  CHECK(torch::equal(plain->backward(0, g), split->backward(0, g)));
+  split->backwardWeights(0);
+  const auto expected = byName(*plain);
+  for (const auto& [name, p] : byName(*split)) {
+    INFO(name);
+    CHECK(torch::equal(p.grad(), expected.at(name).grad()));
+  }
+}
