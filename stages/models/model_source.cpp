@@ -20,16 +20,23 @@ namespace {
 
 std::string shapeText(at::IntArrayRef shape) { return c10::str(shape); }
 
-// The fields every data source's options share, from the job's data config.
+// The fields every data source's options share, from the job's data config (the files
+// aside: a pre-tokenised corpus takes them as sources).
 template <typename Options>
-Options dataOptions(const DataConfig& config) {
+Options sharedDataOptions(const DataConfig& config) {
   Options options;
-  options.files = config.files;
   options.evalFiles = config.evalFiles;
   options.sentencepieceModel = config.sentencepieceModel;
   options.validationFraction = config.validationFraction;
   options.seqLen = config.seqLen;
   options.seed = config.seed;
+  return options;
+}
+
+template <typename Options>
+Options dataOptions(const DataConfig& config) {
+  auto options = sharedDataOptions<Options>(config);
+  options.files = config.files;
   return options;
 }
 
@@ -396,12 +403,7 @@ const std::map<std::string, Factory>& registry() {
 
 std::unique_ptr<DataSource> ModelSource::makeData(const DataConfig& config, int) const {
   if (config.format == "tokens") {
-    TokenDataOptions options;
-    options.evalFiles = config.evalFiles;
-    options.sentencepieceModel = config.sentencepieceModel;
-    options.validationFraction = config.validationFraction;
-    options.seqLen = config.seqLen;
-    options.seed = config.seed;
+    auto options = sharedDataOptions<TokenDataOptions>(config);
     options.flatDtype = tokenDtype(config.dtype);
     options.vocabSize = config.vocabSize;
     if (config.blend.empty()) options.sources.push_back({config.files, 1.0});
