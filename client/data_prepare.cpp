@@ -16,6 +16,7 @@
 #include "scheduler/error.h"
 #include "stages/seeding.h"
 #include "stages/token_files.h"
+#include "stages/token_manifest.h"
 #include "stages/tokenizer.h"
 
 namespace skytrain::client {

@@ -7,6 +7,7 @@
 #include "scheduler/error.h"
 #include "stages/hf_checkpoint.h"
 #include "stages/token_files.h"
+#include "stages/token_manifest.h"
 #include "stages/models/model_source.h"
 
 namespace skytrain::daemon {

@@ -18,6 +18,7 @@
 #include "scheduler/error.h"
 #include "stages/safetensors.h"
 #include "stages/token_files.h"
+#include "stages/token_manifest.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

@@ -15,6 +15,7 @@
 #include "stages/text_data.h"
 #include "stages/token_data.h"
 #include "stages/token_files.h"
+#include "stages/token_manifest.h"
 
 using namespace skytrain::stages;
 namespace fs = std::filesystem;
