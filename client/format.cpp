@@ -58,6 +58,11 @@ std::string formatPlan(const nlohmann::json& plan) {
                     static_cast<long long>(s["parameters"]["frozen"].get<int64_t>()));
       out += line;
     }
+    if (s.contains("profile")) {  // how long its compute took to profile, and how thoroughly
+      std::snprintf(line, sizeof line, "           compute profiled in %.1f s (%s)\n", s["profile"]["seconds"].get<double>(),
+                    s["profile"]["passes"] == "lean" ? "lean: two sizes, one pass each" : "full");
+      out += line;
+    }
     if (s.value("allreduce_s", 0.0) > 0) {
       std::snprintf(line, sizeof line, "           gradient all-reduce among %d replicas: %.2f ms\n",
                     plan.value("replicas", 1), 1e3 * s["allreduce_s"].get<double>());

@@ -14,6 +14,7 @@
 #include "daemon/net/refusal_metrics.h"
 #include "daemon/net/zap_handler.h"
 #include "daemon/ops/files.h"
+#include "daemon/ops/memory_limit.h"
 #include "daemon/ops/metrics_server.h"
 #include "daemon/stage/stage_host.h"
 #include "daemon/stage/weight_export.h"
@@ -50,10 +51,10 @@ void checkCodecs(const protocol::JobSpec& spec) {
 
 }  // namespace
 
-double memoryBudgetBytes(const DaemonConfig& config) {
-  if (config.memoryBudgetMb > 0) return config.memoryBudgetMb * 1024.0 * 1024.0;
-  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  return physical / 2;
+MemoryBudget memoryBudget(const DaemonConfig& config) {
+  if (config.memoryBudgetMb > 0) return {config.memoryBudgetMb * 1024.0 * 1024.0, "memory_budget_mb"};
+  const MemoryLimit limit = memoryLimit();
+  return {limit.bytes, limit.source};
 }
 
 std::string advertisedEndpoint(const std::string& bound, const std::string& host) {
@@ -88,7 +89,8 @@ Daemon::Daemon(DaemonConfig config)
   } catch (const zmq::error_t& e) {
     throw Error("cannot bind control endpoint \"" + config_.controlEndpoint + "\": " + e.what());
   }
-  controlEndpoint_ = advertisedEndpoint(control_.get(zmq::sockopt::last_endpoint), config_.advertiseHost);
+  boundControl_ = control_.get(zmq::sockopt::last_endpoint);
+  controlEndpoint_ = advertisedEndpoint(boundControl_, config_.advertiseHost);
   router_ = std::make_unique<DataRouter>(context_, config_.dataEndpoint, *access_, counters_,
                                          config_.maxFrameMb * 1024 * 1024);
   dataEndpoint_ = config_.advertiseDataEndpoint.empty() ? advertisedEndpoint(router_->boundEndpoint(), config_.advertiseHost)
@@ -98,7 +100,9 @@ Daemon::Daemon(DaemonConfig config)
   StageHostOptions hostOptions;
   hostOptions.stateDir = config_.stateDir;
   hostOptions.dataEndpoint = dataEndpoint_;
-  hostOptions.memoryBudgetBytes = memoryBudgetBytes(config_);
+  const MemoryBudget budget = memoryBudget(config_);
+  hostOptions.memoryBudgetBytes = budget.bytes;
+  hostOptions.memoryBudgetSource = budget.source;
   hostOptions.dataRoots = config_.dataRoots;
   hostOptions.prepareTimeoutS = config_.prepareTimeoutS;
   hostOptions.privateAddress = config_.privateAddress;
@@ -120,6 +124,7 @@ Daemon::Daemon(DaemonConfig config)
                         : std::string("off"),
                config_.stateDir,
                config_.insecure ? " (insecure)" : ", CURVE key " + access_->self().publicKey);
+  spdlog::info("skytraind: memory budget {:.0f} MB a stage ({})", budget.bytes / (1024.0 * 1024.0), budget.source);
 }
 
 Daemon::~Daemon() {

@@ -51,6 +51,8 @@ class Daemon {
 
   // Endpoints as peers reach them (wildcard hosts replaced, ephemeral ports resolved).
   const std::string& controlEndpoint() const { return controlEndpoint_; }
+  // What the control socket is bound to (a wildcard host stays one): the sentinel binds it.
+  const std::string& boundControlEndpoint() const { return boundControl_; }
   const std::string& dataEndpoint() const { return dataEndpoint_; }
   // The port /metrics is served on; 0 when it is not.
   int metricsPort() const;
@@ -81,6 +83,7 @@ class Daemon {
   std::unique_ptr<ZapHandler> zap_;  // bound before any server socket
   zmq::socket_t control_;  // ROUTER; owned by the control thread (run)
   std::string controlEndpoint_;
+  std::string boundControl_;
   std::string dataEndpoint_;
   std::unique_ptr<DataRouter> router_;
   std::unique_ptr<JobTable> jobs_;
@@ -93,9 +96,14 @@ class Daemon {
   std::function<void()> heartbeat_;
 };
 
-// The activation-stash budget a stage reports to the planner: memory_budget_mb, or half
-// of this machine's physical memory when it is 0.
-double memoryBudgetBytes(const DaemonConfig& config);
+// The memory one hosted stage may use (admission refuses a stage estimated over it, the
+// planner fits the stash under it): memory_budget_mb, or when it is 0 what this daemon may
+// really use, its cgroup's limit or else the physical memory (ops/memory_limit.h).
+struct MemoryBudget {
+  double bytes = 0;
+  std::string source;  // for the start-up log line
+};
+MemoryBudget memoryBudget(const DaemonConfig& config);
 
 // Replaces a wildcard host ("0.0.0.0", "*", "[::]") in a bound endpoint with `host`
 // (this machine's host name when empty).

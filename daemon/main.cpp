@@ -11,6 +11,7 @@
 #include "daemon/ops/blas_info.h"
 #include "daemon/ops/config.h"
 #include "daemon/ops/logging.h"
+#include "daemon/sentinel.h"
 
 namespace {
 skytrain::daemon::Daemon* gDaemon = nullptr;
@@ -49,7 +50,16 @@ int main(int argc, char** argv) {
       spdlog::warn("BLAS is the slow reference implementation: matrix products run 15-30x slower. "
                    "Install libopenblas0-pthread (deploy/install-deps.sh does).");
     }
+    if (const auto verdict = skytrain::daemon::takeLastExit(config.stateDir)) {
+      spdlog::warn("skytraind: the previous daemon's sentinel reported: {}", *verdict);
+    }
+    // Started before the stages allocate anything, so the cgroup's count of kills for memory
+    // it reads first is from before this daemon's (daemon/sentinel.h).
+    std::string why;
+    const auto sentinel = skytrain::daemon::spawnSentinel(configPath, why);
+    if (!sentinel) spdlog::warn("skytraind: no sentinel ({}): a kill for memory will show only as a lost daemon", why);
     skytrain::daemon::Daemon daemon(config);
+    if (sentinel) skytrain::daemon::tellSentinel(*sentinel, daemon.boundControlEndpoint());
     gDaemon = &daemon;
     std::signal(SIGTERM, onSignal);
     std::signal(SIGINT, onSignal);

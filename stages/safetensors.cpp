@@ -42,32 +42,37 @@ const DType* byName(const std::string& name) {
 }  // namespace
 
 std::string encodeSafetensors(const SafeTensors& file) {
+  SafeTensors copy = file;  // the tensors shared, not their data
+  std::string out;
+  writeSafetensors(std::move(copy), [&](const char* data, size_t size) { out.append(data, size); });
+  return out;
+}
+
+void writeSafetensors(SafeTensors&& file, const std::function<void(const char* data, size_t size)>& sink) {
   json header = json::object();
   std::set<std::string> names;
-  std::vector<at::Tensor> contiguous;
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : file.tensors) {
+  for (auto& [name, tensor] : file.tensors) {
     const DType* dtype = byType(tensor.scalar_type());
     if (!dtype) throw Error("safetensors: tensor \"" + name + "\" has an unsupported dtype");
     if (name == "__metadata__" || !names.insert(name).second) throw Error("safetensors: duplicate name \"" + name + "\"");
-    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype->bytes;
-    header[name] = {{"dtype", dtype->name}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    tensor = tensor.detach().to(at::kCPU).contiguous();  // the same tensor when it already is
+    const uint64_t bytes = static_cast<uint64_t>(tensor.numel()) * dtype->bytes;
+    header[name] = {{"dtype", dtype->name}, {"shape", tensor.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    contiguous.push_back(t);
   }
   if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
   std::string text = header.dump(-1, ' ', false, json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data part starts 8-byte aligned
-  std::string out(8, '\0');
+  std::string prefix(8, '\0');
   const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  out += text;
-  out.reserve(out.size() + offset);
-  for (const auto& t : contiguous) {
-    out.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  sink(prefix.data(), prefix.size());
+  sink(text.data(), text.size());
+  for (auto& [name, tensor] : file.tensors) {
+    if (tensor.numel() > 0) sink(static_cast<const char*>(tensor.data_ptr()), tensor.numel() * tensor.element_size());
+    tensor = at::Tensor();  // its memory back as soon as it is written
   }
-  return out;
 }
 
 SafeTensors decodeSafetensors(const std::string& bytes, const std::string& source) {

@@ -14,6 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -31,6 +32,9 @@ constexpr size_t kMaxSafetensorsHeader = 64 << 20;
 // Serialises tensors (float32, float16, bfloat16, int64, int32, int8, uint8; any layout)
 // and string metadata. Throws skytrain::Error on an unsupported dtype or a duplicate name.
 std::string encodeSafetensors(const SafeTensors& file);
+// The same bytes handed to `sink` piece by piece (the header, then each tensor's data), each
+// tensor released once written: a checkpoint is streamed to its file, never held twice.
+void writeSafetensors(SafeTensors&& file, const std::function<void(const char* data, size_t size)>& sink);
 
 // Parses the bytes of a file; `source` names it in errors. Throws skytrain::WireError
 // naming the source and the problem.

@@ -42,6 +42,20 @@ ParameterCounts applyTrainable(Stage& stage, const std::vector<std::string>& pat
   return countParameters(stage);
 }
 
+DecayGroups splitByDecay(const Stage& stage, const std::optional<std::vector<std::string>>& noDecay,
+                         const std::map<std::string, std::string>& aliases) {
+  DecayGroups groups;
+  for (const auto& [name, p] : stage.namedParameters()) {
+    if (!p.requires_grad()) continue;
+    const auto alias = aliases.find(name);
+    const std::string& judged = alias == aliases.end() ? name : alias->second;
+    const bool skip = noDecay ? matchesAny(judged, *noDecay) : p.dim() < 2 || matchesAny(judged, kDefaultNoDecay);
+    (skip ? groups.noDecay : groups.decay).push_back(p);
+    if (skip) groups.noDecayNames.push_back(name);
+  }
+  return groups;
+}
+
 InitResult initialiseFrom(Stage& stage, const SafeTensors& file, const std::string& source, const std::string& prefix) {
   std::map<std::string, const at::Tensor*> byName;
   bool checkpoint = false;

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,20 @@ struct ParameterCounts {
 };
 ParameterCounts applyTrainable(Stage& stage, const std::vector<std::string>& patterns);
 ParameterCounts countParameters(const Stage& stage);
+
+// Weight decay's two groups of the trainable parameters, for AdamW's param groups. A name
+// matching one of `noDecay` (shell globs, as for trainable) goes without decay; nullopt is
+// the rule LLM recipes use (nanoGPT, Megatron, torchtitan): every parameter of fewer than
+// two dimensions (biases, norm gains) and every name matching kDefaultNoDecay (embedding
+// tables). `aliases` maps a name to the one it is judged as: the last stage's tied head
+// is judged as the embedding it copies, so the two copies keep taking the same update.
+inline const std::vector<std::string> kDefaultNoDecay = {"*emb*", "*wte*", "*wpe*"};
+struct DecayGroups {
+  std::vector<at::Tensor> decay, noDecay;
+  std::vector<std::string> noDecayNames;
+};
+DecayGroups splitByDecay(const Stage& stage, const std::optional<std::vector<std::string>>& noDecay,
+                         const std::map<std::string, std::string>& aliases = {});
 
 // Copies into the stage every parameter and buffer the file holds under the same name (a
 // skytrain checkpoint's "param/<name>" entries count as <name>; tensors of other stages are

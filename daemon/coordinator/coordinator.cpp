@@ -11,6 +11,7 @@
 #include "daemon/coordinator/planning.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/failures.h"
+#include "daemon/protocol/printable.h"
 #include "daemon/protocol/messages.h"
 #include "scheduler/error.h"
 #include "scheduler/fan_in.h"
@@ -77,6 +78,9 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.resumeStep = fromStep;
       const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);
       data[i] = reply.at("data_endpoint").get<std::string>();
+      admissions_.resize(slots());
+      const auto memory = reply.find("memory");
+      admissions_[i] = memory != reply.end() && memory->is_string() ? protocol::printable(memory->get<std::string>(), 1024) : "";
     } catch (const PeerError& e) {
       throw PeerError(where + e.what());
     } catch (const std::exception& e) {
@@ -256,7 +260,8 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
   std::vector<HeartbeatTarget> targets;
   for (int i = 0; i < slots(); ++i) {
     targets.push_back({protocol::placementOf(spec_, i).daemon, {options_.self, options_.stageKeys[i]},
-                       protocol::stageOfSlot(spec_, i), protocol::replicaOfSlot(spec_, i), protocol::describeSlot(spec_, i)});
+                       protocol::stageOfSlot(spec_, i), protocol::replicaOfSlot(spec_, i), protocol::describeSlot(spec_, i),
+                       i < static_cast<int>(admissions_.size()) ? admissions_[i] : ""});
   }
   HeartbeatMonitor heartbeats(context_, jobId_, std::move(targets), spec_.failure.heartbeatS, spec_.failure.misses);
   spdlog::info("job {}: attempt {} running on {} stages{}", jobId_, attempt, spec_.stages.size(),

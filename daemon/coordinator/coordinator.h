@@ -68,6 +68,7 @@ class Coordinator {
   scheduler::PlannerInput profiled_;  // the plan in force's input, before calibration
   int plannedMicroBatches_ = 1;
   std::vector<double> calibration_;   // per stage: seconds per micro-batch profiling misses
+  std::vector<std::string> admissions_;  // per slot: what its daemon's admission estimated (prepare's reply)
   std::thread thread_;  // owns a DEALER per stage daemon (inside run)
 };
 

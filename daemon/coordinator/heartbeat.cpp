@@ -6,6 +6,7 @@
 
 #include "daemon/ops/timing.h"
 #include "daemon/protocol/messages.h"
+#include "daemon/protocol/printable.h"
 
 namespace skytrain::daemon {
 
@@ -73,6 +74,9 @@ void HeartbeatMonitor::run() {
         while (auto reply = clients[i]->tryReceive()) {
           if (reply->value("ok", false)) {
             lastAnswer[i] = Clock::now();
+          } else if (reply->contains("killed")) {  // its sentinel, with the kernel's verdict
+            declare(i, protocol::printable(reply->value("error", std::string("?")), 1024) +
+                           (stages_[i].admission.empty() ? "" : "; " + stages_[i].admission));
           } else {
             declare(i, "its daemon answered \"" + reply->value("error", std::string("?")) +
                            "\" (it restarted and lost the stage?)");

@@ -2,7 +2,9 @@
 // stage daemon a stage.heartbeat every interval over its own connection; the daemon's
 // control thread answers it even while the stage computes. A stage whose daemon has not
 // answered for `misses` intervals (dead, hung, cut off), or answers that it no longer hosts
-// the stage (restarted), is lost.
+// the stage (restarted), is lost. A daemon the kernel killed for memory is answered for by
+// its sentinel (daemon/sentinel.h): the stage is lost with the kernel's verdict and what
+// admission estimated.
 #pragma once
 
 #include <zmq.hpp>
@@ -24,6 +26,7 @@ struct HeartbeatTarget {
   protocol::ClientSecurity security;
   int stage = 0, replica = 0;  // what the heartbeat names
   std::string name;            // "stage 1", "stage 1 replica 2": for messages
+  std::string admission;       // what its admission estimated, added to a kill for memory
 };
 
 class HeartbeatMonitor {

@@ -156,6 +156,11 @@ void describeStages(Json& plan, const std::vector<Json>& profiles) {
         parameters->value("frozen", Json()).is_number_integer()) {
       plan["stages"][s]["parameters"] = {{"trainable", (*parameters)["trainable"]}, {"frozen", (*parameters)["frozen"]}};
     }
+    const auto seconds = compute->find("profile_s");
+    if (seconds != compute->end() && seconds->is_number() && compute->value("profile_passes", Json()).is_string()) {
+      const std::string passes = (*compute)["profile_passes"];
+      plan["stages"][s]["profile"] = {{"seconds", *seconds}, {"passes", passes == "lean" ? "lean" : "full"}};
+    }
     const auto init = compute->find("init_from");
     if (init != compute->end() && init->is_array() && !init->empty() && init->size() <= 256) {
       plan["stages"][s]["init_from"] = *init;

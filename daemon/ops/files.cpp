@@ -17,15 +17,12 @@ namespace {
   throw Error(what + " \"" + path + "\": " + std::strerror(errno));
 }
 
-void writeAll(int fd, const std::string& bytes, const std::string& path) {
+void writeAll(int fd, const char* data, size_t size, const std::string& path) {
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      fail("cannot write", path);
-    }
+    if (n < 0) fail("cannot write", path);  // the caller closes fd
     done += static_cast<size_t>(n);
   }
 }
@@ -33,10 +30,19 @@ void writeAll(int fd, const std::string& bytes, const std::string& path) {
 }  // namespace
 
 void writeFileAtomic(const std::string& path, const std::string& bytes) {
+  writeFileAtomic(path, [&](const ByteSink& sink) { sink(bytes.data(), bytes.size()); });
+}
+
+void writeFileAtomic(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create", tmp);
-  writeAll(fd, bytes, tmp);
+  try {
+    produce([&](const char* data, size_t size) { writeAll(fd, data, size, tmp); });
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   if (::fsync(fd) != 0) {
     ::close(fd);
     fail("cannot fsync", tmp);
@@ -54,7 +60,13 @@ void writeFileAtomic(const std::string& path, const std::string& bytes) {
 void appendLine(const std::string& path, const std::string& line) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot open", path);
-  writeAll(fd, line + "\n", path);
+  const std::string text = line + "\n";
+  try {
+    writeAll(fd, text.data(), text.size(), path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   ::fdatasync(fd);
   ::close(fd);
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace skytrain::daemon {
@@ -9,6 +10,11 @@ namespace skytrain::daemon {
 // Writes to path.tmp, fsyncs, renames over path, fsyncs the directory: a reader sees the
 // old file or the new one, never a torn one. Throws skytrain::Error naming the path.
 void writeFileAtomic(const std::string& path, const std::string& bytes);
+
+// The same, the bytes handed over in pieces: `produce` calls its sink with each piece in
+// order, so a large file (a checkpoint) is never held whole in memory.
+using ByteSink = std::function<void(const char* data, size_t size)>;
+void writeFileAtomic(const std::string& path, const std::function<void(const ByteSink&)>& produce);
 
 // Appends one line and flushes it to disk. Throws skytrain::Error naming the path.
 void appendLine(const std::string& path, const std::string& line);

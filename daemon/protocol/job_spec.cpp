@@ -60,7 +60,7 @@ DataSpec parseData(ObjectReader r) {
   return d;
 }
 
-OptimizerSpec parseOptimizer(ObjectReader r) {
+OptimizerSpec parseOptimizer(ObjectReader r, int steps) {
   OptimizerSpec o;
   const std::string kind = r.string("kind", "adamw");
   if (kind != "adamw") throw SpecError(r.pathOf("kind"), "unknown optimizer \"" + kind + "\" (valid: adamw)");
@@ -69,11 +69,17 @@ OptimizerSpec parseOptimizer(ObjectReader r) {
   o.beta2 = r.number("beta2", o.beta2, 0.0, 0.999999);
   o.eps = r.number("eps", o.eps, 1e-12, 1.0);
   o.weightDecay = r.number("weight_decay", o.weightDecay, 0.0, 10.0);
+  if (r.has("no_decay")) {
+    o.noDecay = r.strings("no_decay", std::nullopt);
+    if (o.noDecay->size() > kMaxNoDecayPatterns) {
+      throw SpecError(r.pathOf("no_decay"), "more than " + std::to_string(kMaxNoDecayPatterns) + " patterns");
+    }
+  }
   o.schedule = r.string("schedule", o.schedule);
   if (o.schedule != "constant" && o.schedule != "cosine" && o.schedule != "linear") {
     throw SpecError(r.pathOf("schedule"), "unknown schedule \"" + o.schedule + "\" (valid: constant, cosine, linear)");
   }
-  o.warmupSteps = static_cast<int>(r.integer("warmup_steps", o.warmupSteps, 0, kBig));
+  o.warmupSteps = static_cast<int>(r.integer("warmup_steps", defaultWarmupSteps(steps), 0, kBig));
   o.minLr = r.number("min_lr", o.minLr, 0.0, 10.0);
   if (o.minLr > o.lr) throw SpecError(r.pathOf("min_lr"), "is above lr");
   o.clipNorm = r.number("clip_norm", o.clipNorm, 0.0, 1e9);
@@ -201,6 +207,8 @@ StageSpec parseStage(ObjectReader r, int modelLayers) {
 
 }  // namespace
 
+int defaultWarmupSteps(int steps) { return std::min(2000, steps / 20); }
+
 double learningRate(const OptimizerSpec& o, int64_t step, int64_t totalSteps) {
   if (step < o.warmupSteps) return o.lr * static_cast<double>(step + 1) / o.warmupSteps;
   if (o.schedule == "constant") return o.lr;
@@ -253,7 +261,11 @@ JobSpec parseJobSpec(const std::string& text) {
   spec.peerTimeoutS = r.number("peer_timeout_s", spec.peerTimeoutS, 0.1, 86400);
   spec.model = parseModelSpec(ObjectReader(*r.child("model", true), "$.model"));
   spec.data = parseData(ObjectReader(*r.child("data", true), "$.data"));
-  if (const json* o = r.child("optimizer", false)) spec.optimizer = parseOptimizer(ObjectReader(*o, "$.optimizer"));
+  if (const json* o = r.child("optimizer", false)) {
+    spec.optimizer = parseOptimizer(ObjectReader(*o, "$.optimizer"), spec.steps);
+  } else {
+    spec.optimizer.warmupSteps = defaultWarmupSteps(spec.steps);
+  }
   if (const json* c = r.child("compression", false)) {
     spec.compression = parseCompression(ObjectReader(*c, "$.compression"));
   } else if (spec.precision == "bf16" && spec.model.kind != "electra") {

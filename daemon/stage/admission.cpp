@@ -186,10 +186,14 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
   return m;
 }
 
-void checkMemory(const MemoryEstimate& estimate, int stage, double budgetBytes) {
+std::string describeBudget(double budgetBytes, const std::string& budgetSource) {
+  return megabytes(budgetBytes) + " (" + budgetSource + ")";
+}
+
+void checkMemory(const MemoryEstimate& estimate, int stage, double budgetBytes, const std::string& budgetSource) {
   if (estimate.totalBytes() <= budgetBytes) return;
   throw Error("stage " + std::to_string(stage) + " needs an estimated " + estimate.describe() +
-              ", over this daemon's memory budget of " + megabytes(budgetBytes) + " (memory_budget_mb)");
+              ", over this daemon's memory budget of " + describeBudget(budgetBytes, budgetSource));
 }
 
 }  // namespace skytrain::daemon

@@ -29,7 +29,10 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
 // The stage's memory need, from the model's shapes and the data files' sizes.
 MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage);
 
+// "768.0 MB (cgroup v1 memory.limit_in_bytes of ...)": a budget and where it came from.
+std::string describeBudget(double budgetBytes, const std::string& budgetSource);
 // Throws skytrain::Error with the numbers when the estimate exceeds the budget.
-void checkMemory(const MemoryEstimate& estimate, int stage, double budgetBytes);
+void checkMemory(const MemoryEstimate& estimate, int stage, double budgetBytes,
+                 const std::string& budgetSource = "memory_budget_mb");
 
 }  // namespace skytrain::daemon

@@ -1,10 +1,16 @@
 #include "daemon/stage/checkpoint.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "daemon/ops/files.h"
 #include "scheduler/error.h"
@@ -14,6 +20,8 @@ namespace {
 
 constexpr size_t kMaxMetaBytes = 1 << 20;
 constexpr size_t kMaxTensorsBytes = size_t{1} << 40;
+
+constexpr int kWriterNice = 10;
 
 std::string hex64(uint64_t v) {
   char text[17];
@@ -97,6 +105,7 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::write(int64_t step, StageSnapshot snapshot) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (snapshot.borrowed) ++borrowing_;
     queue_.emplace_back(step, std::move(snapshot));
   }
   changed_.notify_all();
@@ -114,7 +123,17 @@ void CheckpointWriter::drain() {
   if (error_) throw Error(*error_);
 }
 
+void CheckpointWriter::awaitReleased() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return borrowing_ == 0; });
+}
+
 void CheckpointWriter::run() {
+  // Below the stage's compute (nice 10: about a tenth of a busy core): a checkpoint is
+  // written in the time the steps leave, so the steps after it keep their pace.
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kWriterNice) != 0) {
+    spdlog::warn("checkpoint writer: cannot lower its priority: {}", std::strerror(errno));
+  }
   while (true) {
     std::pair<int64_t, StageSnapshot> item;
     {
@@ -126,14 +145,35 @@ void CheckpointWriter::run() {
       busy_ = true;
     }
     std::optional<std::string> failure;
+    bool borrowing = item.second.borrowed;
+    auto release = [&] {
+      if (!borrowing) return;
+      borrowing = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --borrowing_;
+      }
+      changed_.notify_all();
+    };
     try {
-      const auto [step, snapshot] = std::move(item);
+      auto& [step, snapshot] = item;
       makeDirectories(checkpointDir(jobDir_, step));
-      const std::string bytes = stages::encodeSafetensors(snapshot.tensors);
+      // Streamed from the snapshot's tensors to the file, each freed once written: the
+      // checkpoint is never held a second time as one buffer of bytes.
+      std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> hash(XXH64_createState(), &XXH64_freeState);
+      XXH64_reset(hash.get(), 0);
+      uint64_t size = 0;
+      writeFileAtomic(checkpointTensorsPath(jobDir_, step, stage_), [&](const ByteSink& sink) {
+        stages::writeSafetensors(std::move(snapshot.tensors), [&](const char* data, size_t n) {
+          XXH64_update(hash.get(), data, n);
+          size += n;
+          sink(data, n);
+        });
+        release();  // every byte read: the stage may update its tensors while this syncs
+      });
       nlohmann::json meta = snapshot.meta;
-      meta["tensors_bytes"] = bytes.size();
-      meta["tensors_xxh64"] = hex64(XXH64(bytes.data(), bytes.size(), 0));
-      writeFileAtomic(checkpointTensorsPath(jobDir_, step, stage_), bytes);
+      meta["tensors_bytes"] = size;
+      meta["tensors_xxh64"] = hex64(XXH64_digest(hash.get()));
       writeFileAtomic(checkpointMetaPath(jobDir_, step, stage_), meta.dump(2));
       prune(step);
       std::lock_guard<std::mutex> lock(mutex_);
@@ -141,6 +181,7 @@ void CheckpointWriter::run() {
     } catch (const std::exception& e) {
       failure = std::string("checkpoint not written: ") + e.what();
     }
+    release();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       busy_ = false;

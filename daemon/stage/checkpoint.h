@@ -29,6 +29,11 @@ constexpr int kCheckpointFormat = 1;
 struct StageSnapshot {
   stages::SafeTensors tensors;
   nlohmann::json meta;  // format, job, stage, step, plan, codecs, ...
+  // Its parameters and AdamW moments are the stage's own tensors, not copies: the stage
+  // computes the next step's forwards and backwards meanwhile (which only read them) and
+  // waits at its next optimizer step until the writer has released them (awaitReleased).
+  // No copy on the critical path, and none in memory.
+  bool borrowed = false;
 };
 
 std::string checkpointDir(const std::string& jobDir, int64_t step);
@@ -39,7 +44,8 @@ std::string checkpointMetaPath(const std::string& jobDir, int64_t step, int stag
 // and the problem (missing, truncated, corrupted, another job's or stage's, another step's).
 StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId, int64_t step, int stage);
 
-// Writes snapshots on its own thread, in order, keeping this stage's newest `keep` + 1.
+// Writes snapshots on its own thread, in order, keeping this stage's newest `keep` + 1, each
+// streamed from its tensors to the file at a lower CPU priority than the stage's compute.
 class CheckpointWriter {
  public:
   CheckpointWriter(std::string jobDir, int stage, int keep);
@@ -50,6 +56,9 @@ class CheckpointWriter {
   std::vector<int64_t> takeWritten();
   // Blocks until the queue is empty; throws the first write error.
   void drain();
+  // Blocks until no queued snapshot still borrows the stage's tensors (StageSnapshot::
+  // borrowed): their bytes are written, though perhaps not yet synced to disk.
+  void awaitReleased();
 
  private:
   void run();
@@ -65,6 +74,7 @@ class CheckpointWriter {
   std::vector<int64_t> kept_;
   std::optional<std::string> error_;
   bool busy_ = false;
+  int borrowing_ = 0;  // snapshots queued or being written that borrow the stage's tensors
   bool stopping_ = false;
   std::thread thread_;  // encodes and writes the files
 };

@@ -3,10 +3,31 @@
 // the model source's to say.
 #include "daemon/stage/model_setup.h"
 
+#include <torch/torch.h>
+
 #include "scheduler/error.h"
+#include "stages/weights.h"
 
 
 namespace skytrain::daemon {
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const stages::Stage& model, const protocol::OptimizerSpec& o,
+                                                       const std::vector<stages::TiedPair>& tied, int stage) {
+  std::map<std::string, std::string> aliases;
+  for (const auto& pair : tied) {
+    if (pair.secondStage == stage) aliases[pair.secondName] = pair.firstName;
+  }
+  stages::DecayGroups split = stages::splitByDecay(model, o.noDecay, aliases);
+  const auto options = torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!split.decay.empty()) groups.emplace_back(std::move(split.decay), std::make_unique<torch::optim::AdamWOptions>(options));
+  if (!split.noDecay.empty()) {
+    auto none = std::make_unique<torch::optim::AdamWOptions>(options);
+    none->weight_decay(0);
+    groups.emplace_back(std::move(split.noDecay), std::move(none));
+  }
+  return std::make_unique<torch::optim::AdamW>(std::move(groups), options);
+}
 
 stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   stages::GptConfig c;

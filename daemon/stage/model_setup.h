@@ -4,11 +4,16 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/protocol/job_spec.h"
 #include "stages/models/gpt.h"
 #include "stages/models/model_source.h"
 #include "stages/text_data.h"
+
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace skytrain::daemon {
 
@@ -20,6 +25,13 @@ stages::BertConfig bertConfig(const protocol::ModelSpec& model);
 stages::ModelConfig modelConfig(const protocol::JobSpec& spec);
 // The job's data as stage `stage`'s model source reads it (ModelSource::makeData).
 stages::DataConfig dataConfig(const protocol::JobSpec& spec, int stage);
+
+// The job's AdamW over stage `stage`'s trainable parameters, in two groups: weight decay
+// on the matrices, none on what optimizer.no_decay names (stages::splitByDecay; a tied
+// head judged as the embedding it copies). The runner and the one-process reference both
+// build theirs here, so the two cannot disagree on who decays.
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const stages::Stage& model, const protocol::OptimizerSpec& optimizer,
+                                                       const std::vector<stages::TiedPair>& tied, int stage);
 
 // Throws skytrain::Error naming `device` ("cpu", "cuda", "cuda:N") and `what` when this
 // daemon's LibTorch cannot compute on it: never a silent fallback to the CPU.

@@ -47,6 +47,7 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   }
 
   fanIn_ = source_->fanIn();
+  delayed_ = facts.delayed;
   const bool readsData = fanIn_ ? !isLast() : isFirst() || isLast();
   if (readsData) data_ = source_->makeData(dataConfig(spec, stage), stage);
   objective_ = source_->objective(data_.get());
@@ -59,10 +60,7 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
                                                 objective_->extraTokensName());
     }
   }
-  const auto& o = spec.optimizer;
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      model_->parameters(),
-      torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay));
+  optimizer_ = makeOptimizer(*model_, spec.optimizer, source_->tied(), stage);
 
   codecs_ = std::make_unique<CodecSet>(spec.compression);
   links_ = std::make_unique<StageLinks>(context_, counters_);
@@ -84,8 +82,12 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
   if (copies[0]) {
     update_ = std::make_unique<DelayedUpdate>(context_, counters_, *model_, copies, *optimizer_, *gradients_, *executor_);
   } else {
-    update_ = std::make_unique<SyncUpdate>(context_, counters_, *model_, *optimizer_, *gradients_,
-                                           [this](uint64_t step, double& lossSum) { topology_->runOps(step, lossSum); });
+    update_ = std::make_unique<SyncUpdate>(
+        context_, counters_, *model_, *optimizer_, *gradients_,
+        [this](uint64_t step, double& lossSum) { topology_->runOps(step, lossSum); },
+        [this] {
+          if (updateFence_) updateFence_();
+        });
   }
   state_ = std::make_unique<StageState>(context_, *model_, *optimizer_, *codecs_, *links_, *update_,
                                         data_ ? data_->fingerprint() : std::string());
@@ -196,18 +198,19 @@ std::optional<double> PipelineRunner::evalMetric(const std::string& name) const 
 }
 
 StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) const {
-  return state_->snapshot(jobId, step, plan_);
+  // The synchronous update writes the weights and moments only in its optimizer step, which
+  // waits for the writer (setUpdateFence); the delayed one moves the weights in its forwards.
+  return state_->snapshot(jobId, step, plan_, /*borrow=*/!delayed_);
 }
 
 void PipelineRunner::restore(const StageSnapshot& snapshot) {
   state_->restore(snapshot, [this](const RunPlan& plan) { setPlan(plan); });
 }
 
-std::string PipelineRunner::serializedState() const {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, tensor] : model_->stateDict()) dict.insert(name, tensor.detach().to(at::kCPU, false, true));
-  const std::vector<char> bytes = torch::pickle_save(dict);
-  return std::string(bytes.begin(), bytes.end());
+std::vector<char> PipelineRunner::serializedState() const {
+  c10::Dict<std::string, at::Tensor> dict;  // the tensors themselves: pickling copies them once
+  for (const auto& [name, tensor] : model_->stateDict()) dict.insert(name, tensor.detach().to(at::kCPU));
+  return torch::pickle_save(dict);
 }
 
 stages::SafeTensors PipelineRunner::weights() const {

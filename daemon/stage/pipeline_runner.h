@@ -95,6 +95,9 @@ class PipelineRunner {
   int microBatches() const;
 
   StageSnapshot snapshot(const std::string& jobId, int64_t step) const;
+  // Called before every optimizer step: the checkpoint writer's awaitReleased, so a
+  // snapshot that borrows the weights is written before they change.
+  void setUpdateFence(std::function<void()> fence) { updateFence_ = std::move(fence); }
   void restore(const StageSnapshot& snapshot);
 
   // Run by every stage at the same step boundary (profiler.h); {"compute", "link"}.
@@ -114,7 +117,7 @@ class PipelineRunner {
   bool fanIn() const { return fanIn_; }
   const stages::Stage& stage() const { return *model_; }
   // The stage's parameters as a pickled {name: tensor} dict (torch.load reads it).
-  std::string serializedState() const;
+  std::vector<char> serializedState() const;
   // The stage's parameters with global names (the final weights' safetensors file).
   stages::SafeTensors weights() const;
 
@@ -129,6 +132,8 @@ class PipelineRunner {
   StepCounters counters_;
   RunPlan plan_;
   bool fanIn_ = false;
+  bool delayed_ = false;
+  std::function<void()> updateFence_;
   std::unique_ptr<stages::ModelSource> source_;
   std::unique_ptr<stages::Stage> model_;
   std::unique_ptr<stages::DataSource> data_;      // null: this stage reads no data

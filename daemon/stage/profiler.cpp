@@ -36,6 +36,27 @@ std::vector<int64_t> profileSizes(int64_t batch) {
   return {sizes.begin(), sizes.end()};
 }
 
+double ProfilePasses::cost(int64_t batch, bool split) const {
+  double samples = 0;
+  for (int64_t b : sizes) samples += static_cast<double>(b);
+  return samples / static_cast<double>(batch) * ((warmEachSize ? 1 : 0) + repeats * (split ? 2 : 1));
+}
+
+ProfilePasses profilePasses(int64_t batch, double fullBatchSeconds, bool split) {
+  ProfilePasses full;
+  full.sizes = profileSizes(batch);
+  const double seconds = full.cost(batch, split) * fullBatchSeconds;
+  if (seconds <= kProfileFloorSeconds || seconds <= kProfileBudgetSteps * fullBatchSeconds) return full;
+  ProfilePasses lean;
+  const std::set<int64_t> sizes{std::max<int64_t>(1, batch / 4), std::max<int64_t>(1, batch / 2)};
+  lean.sizes.assign(sizes.begin(), sizes.end());
+  lean.repeats = 1;
+  lean.warmEachSize = false;
+  lean.extraRounds = false;
+  lean.lean = true;
+  return lean;
+}
+
 Profiler::Profiler(const StageContext& context, StageLinks& links, CodecSet& codecs, ScheduleExecutor& executor,
                    GradientPipeline& gradients, const stages::ModelSource& source, stages::Stage& model,
                    const stages::DataSource* data, torch::optim::Optimizer& optimizer, StageFacts facts)
@@ -133,12 +154,16 @@ Json Profiler::profileCompute() {
   // on a stage that cannot split.
   const bool mayChooseSplit = (context_.spec.schedule == "auto" || context_.spec.schedule == "zb-h1") && !facts_.delayed;
   const bool split = mayChooseSplit && model_.setSplitBackward(true);
-  {  // warm-up: the first pass pays for allocations and lazy initialisation
+  const auto profileStart = Clock::now();
+  {  // warm-up: the first pass pays for allocations and lazy initialisation; it also says
+     // what a step's compute costs, which bounds the passes that follow
     const at::Tensor output = model_.forward(kProfileMicroBatch, randomInput(context_.spec.batchSize, generator));
     model_.backward(kProfileMicroBatch, torch::zeros(output.sizes()));
     model_.backwardWeights(kProfileMicroBatch);
   }
-  for (int64_t b : profileSizes(context_.spec.batchSize)) {
+  const ProfilePasses passes = profilePasses(context_.spec.batchSize, secondsSince(profileStart), split);
+  const int repeats = passes.repeats;
+  for (int64_t b : passes.sizes) {
     std::vector<double> forwardTimes, backwardTimes, weightTimes;
     size_t outBytes = 0, gradBytes = 0;
     auto runPass = [&](int pass) {
@@ -146,7 +171,7 @@ Json Profiler::profileCompute() {
       const bool splitPass = pass % 2 == 1;
       if (splitPass && !split) return;
       model_.setSplitBackward(splitPass);
-      const bool last = pass == 2 * kProfileRepeats - 2;  // the last whole pass
+      const bool last = pass == 2 * repeats - 2;  // the last whole pass
       const at::Tensor input = randomInput(b, generator);
       auto start = Clock::now();
       at::Tensor output = model_.forward(kProfileMicroBatch, input);
@@ -203,7 +228,7 @@ Json Profiler::profileCompute() {
       backwardTimes.push_back(secondsSince(start) - (autoBackward ? codecSeconds : 0.0));  // "auto": the option's
       if (autoBackward && last) timeOptions(backwardOptions, gradInput, b, options["backward"]);
     };
-    for (int pass = -1; pass < 2 * kProfileRepeats; ++pass) runPass(pass);
+    for (int pass = passes.warmEachSize ? -1 : 0; pass < 2 * repeats; ++pass) runPass(pass);
     // A size much slower than the line through the two sizes below it was most likely timed
     // under interference throughout: it gets more passes, up to kExtraRounds more rounds.
     auto suspect = [&](const Json& points, const std::vector<double>& times) {
@@ -214,8 +239,10 @@ Json Profiler::profileCompute() {
       const double line = t1 + (t1 - t0) / std::max(1.0, b1 - b0) * (static_cast<double>(b) - b1);
       return fastest(times) > kSuspectFactor * std::max(line, t1);
     };
-    for (int round = 0; round < kExtraRounds && (suspect(forward, forwardTimes) || suspect(backward, backwardTimes)); ++round) {
-      for (int pass = 0; pass < 2 * kProfileRepeats; ++pass) runPass(2 * kProfileRepeats + pass);  // past `last`: no codec timing
+    for (int round = 0; passes.extraRounds && round < kExtraRounds &&
+                        (suspect(forward, forwardTimes) || suspect(backward, backwardTimes));
+         ++round) {
+      for (int pass = 0; pass < 2 * repeats; ++pass) runPass(2 * repeats + pass);  // past `last`: no codec timing
     }
     forward.push_back({b, fastest(forwardTimes)});
     backward.push_back({b, fastest(backwardTimes)});
@@ -227,6 +254,8 @@ Json Profiler::profileCompute() {
   optimizer_.zero_grad();  // profiling's gradients must not reach the first step
   Json profile = computeProfile(std::move(forward), std::move(backward), std::move(outputBytes), std::move(gradientBytes));
   profile["weight_s"] = std::move(weight);
+  profile["profile_passes"] = passes.lean ? "lean" : "full";
+  profile["profile_s"] = secondsSince(profileStart);
   if (autoForward || autoBackward) profile["codecs"] = std::move(options);
   return profile;
 }

@@ -44,6 +44,27 @@ double fastest(const std::vector<double>& times);
 // A few micro-batch sizes spanning 1..batch.
 std::vector<int64_t> profileSizes(int64_t batch);
 
+// The passes profiling spends on compute. In full: every size of profileSizes, each with an
+// untimed pass and kProfileRepeats timed ones (doubled where the ZB-H1 split is timed too),
+// and extra rounds for a size timed under interference: about 14 steps' compute, a few
+// seconds for a small model but minutes for a 100M+ one. Past kProfileBudgetSteps steps
+// (measured by the first, untimed full-batch pass) and kProfileFloorSeconds, the lean
+// profile: two sizes (a quarter and half the batch), one timed pass each, no extra rounds —
+// under three steps' compute whatever the model's size. Its fit has the same two
+// coefficients; what it gives up is the fastest-of-three guard against interference.
+constexpr double kProfileBudgetSteps = 3;
+constexpr double kProfileFloorSeconds = 10;
+struct ProfilePasses {
+  std::vector<int64_t> sizes;
+  int repeats = kProfileRepeats;
+  bool warmEachSize = true;
+  bool extraRounds = true;
+  bool lean = false;
+  // Full-batch passes' worth of compute these take (each pass costs its size's share).
+  double cost(int64_t batch, bool split) const;
+};
+ProfilePasses profilePasses(int64_t batch, double fullBatchSeconds, bool split);
+
 // What admission and the model's set-up tell the planner about a stage.
 struct StageFacts {
   stages::ParameterCounts parameters;

@@ -83,7 +83,7 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   // is allocated.
   resolveDataFiles(a.spec, a.stage, options_.dataRoots);
   const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage);
-  checkMemory(memory, a.stage, options_.memoryBudgetBytes);
+  checkMemory(memory, a.stage, options_.memoryBudgetBytes, options_.memoryBudgetSource);
   a.memoryBudgetBytes = options_.memoryBudgetBytes - memory.fixedBytes();
   // Copies after the first keep their checkpoints and final weights apart (two may share a
   // daemon); the job's export reads replica 0's.
@@ -98,7 +98,12 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   spdlog::info("job {} {}: prepared ({} on {}), estimated {}", a.jobId, protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)),
                what, a.device, memory.describe());
   workers_[key] = std::make_unique<StageWorker>(context_, std::move(a), std::move(mailbox));
-  return {{"ok", true}, {"data_endpoint", options_.dataEndpoint}};
+  // The coordinator keeps this, to say what admission expected should the stage's daemon be
+  // killed for memory (daemon/sentinel.h).
+  return {{"ok", true},
+          {"data_endpoint", options_.dataEndpoint},
+          {"memory", "admission estimated " + memory.describe() + " against a budget of " +
+                         describeBudget(options_.memoryBudgetBytes, options_.memoryBudgetSource)}};
 }
 
 protocol::Json StageHost::start(const protocol::StageStart& request, const std::string& caller) {

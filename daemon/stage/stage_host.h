@@ -22,6 +22,7 @@ struct StageHostOptions {
   std::string stateDir;
   std::string dataEndpoint;         // as peers reach it
   double memoryBudgetBytes = 0;     // per stage: weights, optimizer state, stash, data
+  std::string memoryBudgetSource = "memory_budget_mb";  // where it came from, for refusals
   std::vector<std::string> dataRoots;
   double prepareTimeoutS = 60;      // a prepared stage not started by then is freed
   protocol::KeyPair self;           // for the stage's own connections (empty when insecure)

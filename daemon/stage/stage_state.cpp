@@ -22,18 +22,21 @@ StageState::StageState(const StageContext& context, stages::Stage& model, torch:
     : context_(context), model_(model), optimizer_(optimizer), codecs_(codecs), links_(links), update_(update),
       dataFingerprint_(std::move(dataFingerprint)) {}
 
-StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const RunPlan& plan) const {
+StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const RunPlan& plan, bool borrow) const {
   StageSnapshot s;
+  s.borrowed = borrow;
   auto& tensors = s.tensors.tensors;
   const auto& states = optimizer_.state();
+  // A CPU tensor borrowed is itself; otherwise a copy (a GPU's tensors always are).
+  auto held = [borrow](const at::Tensor& t) { return t.detach().to(at::kCPU, false, /*copy=*/!borrow); };
   for (const auto& [name, tensor] : model_.stateDict()) {
-    tensors.emplace_back("param/" + name, tensor.detach().to(at::kCPU, false, true));
+    tensors.emplace_back("param/" + name, held(tensor));
     auto it = states.find(stateKey(tensor));
     if (it == states.end()) continue;  // no step taken yet
     const auto& adam = static_cast<const torch::optim::AdamWParamState&>(*it->second);
     tensors.emplace_back("adamw/" + name + "/step", torch::tensor(adam.step(), torch::kLong));
-    tensors.emplace_back("adamw/" + name + "/exp_avg", adam.exp_avg().to(at::kCPU, false, true));
-    tensors.emplace_back("adamw/" + name + "/exp_avg_sq", adam.exp_avg_sq().to(at::kCPU, false, true));
+    tensors.emplace_back("adamw/" + name + "/exp_avg", held(adam.exp_avg()));
+    tensors.emplace_back("adamw/" + name + "/exp_avg_sq", held(adam.exp_avg_sq()));
   }
   codecs_.saveState(tensors);
   // Stateful decoders ("+pred"), under their stream: "decoder/<direction>/<spec>/<name>".

@@ -1,4 +1,4 @@
-// StageState: a stage's checkpoint, at a step boundary — a copy of everything the run's
+// StageState: a stage's checkpoint, at a step boundary — everything the run's
 // future depends on (parameters, AdamW state, codec and decoder state, the CPU RNG, the
 // plan, the update policy's pending gradients) — and its restoration, which checks every
 // tensor's name, shape and dtype and that the snapshot was made for this job's layers, seed,
@@ -34,7 +34,9 @@ class StageState {
   StageState(const StageContext& context, stages::Stage& model, torch::optim::Optimizer& optimizer, CodecSet& codecs,
              StageLinks& links, UpdatePolicy& update, std::string dataFingerprint);
 
-  StageSnapshot snapshot(const std::string& jobId, int64_t step, const RunPlan& plan) const;
+  // `borrow`: the parameters and AdamW moments go in as the stage's own tensors, not copies
+  // (StageSnapshot::borrowed); only where nothing but the optimizer step writes them.
+  StageSnapshot snapshot(const std::string& jobId, int64_t step, const RunPlan& plan, bool borrow) const;
   // Restores `snapshot`; `applyPlan` installs its plan before the codecs' state is read (the
   // plan makes the codecs "auto" chose). Throws skytrain::WireError naming what is wrong.
   void restore(const StageSnapshot& snapshot, const std::function<void(const RunPlan&)>& applyPlan);

@@ -142,6 +142,7 @@ void StageWorker::run() {
                    a.attempt);
     }
     CheckpointWriter writer(a.jobDir, a.stage, a.spec.checkpoint.keep);
+    runner.setUpdateFence([&writer] { writer.awaitReleased(); });
     if (!waitForStart()) throw Aborted{};
     const auto& n = neighbours_;
     if (!n.producers.empty()) {  // a fan-in's consumer: every producer's frames share one queue
@@ -228,8 +229,14 @@ void StageWorker::run() {
     }
     writer.drain();
     confirmCheckpoints(writer);
-    writeFileAtomic(a.jobDir + "/stage-" + std::to_string(a.stage) + ".pt", runner.serializedState());
-    writeFileAtomic(finalWeightsPath(a.jobDir, a.stage), stages::encodeSafetensors(runner.weights()));
+    // Each streamed from the weights: the end of a job holds no second copy of them.
+    {
+      const std::vector<char> pickled = runner.serializedState();
+      writeFileAtomic(a.jobDir + "/stage-" + std::to_string(a.stage) + ".pt",
+                      [&](const ByteSink& sink) { sink(pickled.data(), pickled.size()); });
+    }
+    writeFileAtomic(finalWeightsPath(a.jobDir, a.stage),
+                    [&](const ByteSink& sink) { stages::writeSafetensors(runner.weights(), sink); });
     report(simple(protocol::ReportKind::Done, steps));
     spdlog::info("job {} {}: done", a.jobId, name);
   } catch (const Aborted&) {

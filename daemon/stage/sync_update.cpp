@@ -15,13 +15,15 @@ void setLearningRate(torch::optim::Optimizer& optimizer, const StageContext& con
 }
 
 SyncUpdate::SyncUpdate(const StageContext& context, StepCounters& counters, stages::Stage& model,
-                       torch::optim::Optimizer& optimizer, GradientPipeline& gradients, Ops ops)
+                       torch::optim::Optimizer& optimizer, GradientPipeline& gradients, Ops ops,
+                       std::function<void()> beforeUpdate)
     : context_(context),
       counters_(counters),
       model_(model),
       optimizer_(optimizer),
       gradients_(gradients),
-      ops_(std::move(ops)) {}
+      ops_(std::move(ops)),
+      beforeUpdate_(std::move(beforeUpdate)) {}
 
 bool SyncUpdate::runStep(uint64_t step, double& lossSum) {
   ops_(step, lossSum);
@@ -29,6 +31,7 @@ bool SyncUpdate::runStep(uint64_t step, double& lossSum) {
   {
     Timed timed(counters_.computeSeconds);
     setLearningRate(optimizer_, context_, step);
+    if (beforeUpdate_) beforeUpdate_();
     if (update) optimizer_.step();
     optimizer_.zero_grad();
   }

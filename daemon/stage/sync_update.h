@@ -20,8 +20,10 @@ class SyncUpdate : public UpdatePolicy {
  public:
   // `ops` runs a step's forwards and backwards on `model` (the topology's).
   using Ops = std::function<void(uint64_t step, double& lossSum)>;
+  // `beforeUpdate`: called just before each optimizer step (the checkpoint fence).
   SyncUpdate(const StageContext& context, StepCounters& counters, stages::Stage& model,
-             torch::optim::Optimizer& optimizer, GradientPipeline& gradients, Ops ops);
+             torch::optim::Optimizer& optimizer, GradientPipeline& gradients, Ops ops,
+             std::function<void()> beforeUpdate = {});
 
   bool runStep(uint64_t step, double& lossSum) override;
   stages::Stage& active(uint64_t) override { return model_; }
@@ -33,6 +35,7 @@ class SyncUpdate : public UpdatePolicy {
   torch::optim::Optimizer& optimizer_;
   GradientPipeline& gradients_;
   Ops ops_;
+  std::function<void()> beforeUpdate_;
 };
 
 // Sets every parameter group's learning rate to the schedule's value at `step`.

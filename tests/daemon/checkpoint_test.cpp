@@ -77,6 +77,42 @@ TEST_CASE("a checkpoint written in the background reads back to the same tensors
   }
 }
 
+TEST_CASE("a snapshot borrows the weights: no copy, and the update waits until they are written") {
+  ScratchJob job;
+  daemon::PipelineRunner runner(middleStage(16), 1, 7, 1e9);
+  daemon::StageSnapshot snapshot = runner.snapshot(kJob, 3);
+  CHECK(snapshot.borrowed);
+  // The snapshot's parameters are the stage's own storage, not copies.
+  const auto live = runner.weights().tensors;
+  REQUIRE(!live.empty());
+  bool shares = false;
+  for (const auto& [name, tensor] : snapshot.tensors.tensors) {
+    if (name == "param/" + live.front().first) shares = tensor.data_ptr() == live.front().second.data_ptr();
+  }
+  CHECK(shares);
+  std::vector<at::Tensor> before;
+  for (const auto& [name, tensor] : live) before.push_back(tensor.clone());
+  {
+    daemon::CheckpointWriter writer(job.dir, 1, 2);
+    writer.write(3, std::move(snapshot));
+    writer.awaitReleased();  // what the optimizer step waits for
+    torch::NoGradGuard noGrad;
+    for (const auto& [name, tensor] : live) tensor.add_(1.0);  // the update, right after
+    writer.drain();
+  }
+  const daemon::StageSnapshot loaded = daemon::loadCheckpoint(job.dir, kJob, 3, 1);
+  for (size_t i = 0; i < live.size(); ++i) {
+    INFO(live[i].first);
+    bool found = false;
+    for (const auto& [name, tensor] : loaded.tensors.tensors) {
+      if (name != "param/" + live[i].first) continue;
+      found = true;
+      CHECK(torch::equal(tensor, before[i]));  // as they were when the snapshot was taken
+    }
+    CHECK(found);
+  }
+}
+
 TEST_CASE("the writer keeps the newest keep + 1 checkpoints of its stage") {
   ScratchJob job;
   daemon::PipelineRunner runner(middleStage(16), 1, 7, 1e9);

@@ -29,6 +29,48 @@ TEST_CASE("a valid spec parses with defaults filled in") {
   CHECK(spec.stages[1].lastLayer == 4);
 }
 
+TEST_CASE("the recipe's defaults: clipping on, warm-up over 5% of the steps, the LLM no-decay rule") {
+  json spec = validSpec();
+  spec["steps"] = 1000;
+  SECTION("no optimizer section") {
+    spec.erase("optimizer");
+    const auto o = parseJobSpec(spec.dump()).optimizer;
+    CHECK(o.clipNorm == 1.0);
+    CHECK(o.warmupSteps == 50);
+    CHECK_FALSE(o.noDecay.has_value());
+  }
+  SECTION("a section that names none of them") {
+    spec["optimizer"] = {{"lr", 1e-3}};
+    const auto o = parseJobSpec(spec.dump()).optimizer;
+    CHECK(o.clipNorm == 1.0);
+    CHECK(o.warmupSteps == 50);
+  }
+  SECTION("warm-up at most 2000 steps, none under 20") {
+    spec["steps"] = 1000000;
+    CHECK(parseJobSpec(spec.dump()).optimizer.warmupSteps == 2000);
+    spec["steps"] = 19;
+    CHECK(parseJobSpec(spec.dump()).optimizer.warmupSteps == 0);
+  }
+  SECTION("each can be switched off or chosen") {
+    spec["optimizer"] = {{"clip_norm", 0}, {"warmup_steps", 0}, {"no_decay", json::array()}};
+    const auto o = parseJobSpec(spec.dump()).optimizer;
+    CHECK(o.clipNorm == 0);
+    CHECK(o.warmupSteps == 0);
+    REQUIRE(o.noDecay.has_value());
+    CHECK(o.noDecay->empty());
+    spec["optimizer"]["no_decay"] = {"*.bias", "tok_emb.*"};
+    CHECK(parseJobSpec(spec.dump()).optimizer.noDecay == std::vector<std::string>{"*.bias", "tok_emb.*"});
+  }
+  SECTION("no_decay refused when not a list of strings, or too long") {
+    spec["optimizer"] = {{"no_decay", "*.bias"}};
+    CHECK(refusal(spec).first == "$.optimizer.no_decay");
+    spec["optimizer"]["no_decay"] = {"*.bias", 3};
+    CHECK(refusal(spec).first == "$.optimizer.no_decay[1]");
+    spec["optimizer"]["no_decay"] = std::vector<std::string>(skytrain::protocol::kMaxNoDecayPatterns + 1, "*");
+    CHECK(refusal(spec).first == "$.optimizer.no_decay");
+  }
+}
+
 TEST_CASE("bad specs are refused with the JSON path and the value") {
   json spec = validSpec();
   SECTION("unknown key") {

@@ -13,6 +13,7 @@
 #include "compression/codec_registry.h"
 #include "daemon/stage/codec_set.h"
 #include "daemon/stage/gradient_pipeline.h"
+#include "daemon/stage/profiler.h"
 #include "daemon/stage/snapshot_reader.h"
 #include "daemon/stage/stage_links.h"
 #include "scheduler/error.h"
@@ -256,4 +257,35 @@ TEST_CASE("GradientPipeline fails a non-finite gradient naming it, or skips when
   ctx.spec.optimizer.onNonfinite = "skip";
   daemon::GradientPipeline skipping(ctx, counters, links, false);
   CHECK_FALSE(skipping.finish(4, model));
+}
+
+TEST_CASE("Profiler's passes: full for a small model, under three steps' compute for a large one", "[stage][profiler]") {
+  using skytrain::daemon::profilePasses;
+  SECTION("a demo-sized stage (0.2 s a step) keeps every size and the fastest of three") {
+    const auto passes = profilePasses(16, 0.2, /*split=*/true);
+    CHECK_FALSE(passes.lean);
+    CHECK(passes.sizes == std::vector<int64_t>{1, 4, 8, 16});
+    CHECK(passes.repeats == skytrain::daemon::kProfileRepeats);
+    CHECK(passes.cost(16, true) * 0.2 <= skytrain::daemon::kProfileFloorSeconds);
+  }
+  SECTION("a 100M+ stage (5 s a step): the lean profile, bounded whatever the batch") {
+    for (int64_t batch : {4, 8, 16, 64, 512}) {
+      for (bool split : {false, true}) {
+        INFO("batch " << batch << " split " << split);
+        const auto full = profilePasses(batch, 1e-6, split);
+        CHECK(full.cost(batch, split) > skytrain::daemon::kProfileBudgetSteps);  // what it was: ~7-14 steps
+        const auto passes = profilePasses(batch, 5.0, split);
+        CHECK(passes.lean);
+        CHECK(passes.sizes.size() == 2);
+        CHECK(passes.repeats == 1);
+        CHECK_FALSE(passes.warmEachSize);
+        CHECK(passes.cost(batch, split) <= skytrain::daemon::kProfileBudgetSteps);
+      }
+    }
+  }
+  SECTION("a batch of 1 still profiles one size") {
+    const auto passes = profilePasses(1, 30.0, true);
+    CHECK(passes.sizes == std::vector<int64_t>{1});
+    CHECK(passes.cost(1, true) <= skytrain::daemon::kProfileBudgetSteps);
+  }
 }

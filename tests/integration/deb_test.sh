@@ -53,17 +53,17 @@ echo "ok: installed"
 /usr/bin/skytrain --help > /dev/null || fail "skytrain --help"
 echo "ok: skytraind --version: $(/usr/bin/skytraind --version)"
 
-# The files: the binaries, the shim where the daemon looks for it, systemd's three files,
+# The files: the binaries (the daemon's sentinel beside it), the shim where the daemon looks for it, systemd's three files,
 # the config and the README; no other executable (tests, benchmarks, the WAN relay).
 unit=/usr/lib/systemd/system/skytraind.service
 files=$(dpkg -L skytrain)
-for f in /usr/bin/skytraind /usr/bin/skytrain /usr/lib/skytrain/libskytrain_sentencepiece.so "$unit" \
+for f in /usr/bin/skytraind /usr/bin/skytraind-sentinel /usr/bin/skytrain /usr/lib/skytrain/libskytrain_sentencepiece.so "$unit" \
          /usr/lib/sysusers.d/skytrain.conf /usr/lib/tmpfiles.d/skytrain.conf /etc/skytrain/skytraind.json \
          /usr/share/doc/skytrain/README.md; do
   echo "$files" | grep -qxF "$f" || fail "the package has no $f"
   [ -f "$f" ] || fail "$f is not installed"
 done
-elf=/usr/bin/skytraind$'\n'/usr/bin/skytrain$'\n'/usr/lib/skytrain/libskytrain_sentencepiece.so
+elf=/usr/bin/skytraind$'\n'/usr/bin/skytraind-sentinel$'\n'/usr/bin/skytrain$'\n'/usr/lib/skytrain/libskytrain_sentencepiece.so
 for f in $files; do
   if [ -f "$f" ] && file -b "$f" | grep -q "^ELF"; then
     echo "$elf" | grep -qxF "$f" || fail "the package has an unexpected binary: $f"

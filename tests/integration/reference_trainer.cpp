@@ -40,9 +40,9 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
   options.seqLen = m.seqLen;
   options.seed = parsed.seed;
   stages::TextDataSource data(options);
-  torch::optim::AdamW optimizer(
-      model->parameters(),
-      torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay));
+  // The same two groups as the pipeline's (one stage: a tied head is the embedding itself).
+  auto made = daemon::makeOptimizer(*model, o, {}, 0);
+  torch::optim::Optimizer& optimizer = *made;
   Trained out;
   std::vector<std::pair<int, std::vector<at::Tensor>>> pending;  // (step, gradients) not yet applied
   auto apply = [&](int step) {

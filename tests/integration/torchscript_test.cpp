@@ -48,7 +48,7 @@ Json specFor(const std::vector<std::string>& daemons, const std::string& cut, in
           {"schedule", "1f1b"},
           {"model", {{"kind", "torchscript"}, {"vocab_size", 256}, {"seq_len", kSeqLen}, {"loss", loss}}},
           {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
-          {"optimizer", {{"lr", 1e-3}, {"clip_norm", 0.5}}},
+          {"optimizer", {{"lr", 1e-3}, {"clip_norm", 0.5}, {"no_decay", Json::array()}}},  // one group, as below
           {"eval", {{"samples", 8}}},
           {"stages", stages}};
 }

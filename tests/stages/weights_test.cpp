@@ -50,6 +50,42 @@ TEST_CASE("trainable patterns freeze the rest; no patterns train everything") {
   CHECK(applyTrainable(*stage, {"*.ln1.*"}).trainable == 2 * 2 * 32);
 }
 
+TEST_CASE("weight decay's groups: the LLM rule by default, globs when given, a tied head as its embedding") {
+  auto whole = makeGptStage(kConfig, 0, 2, 1);
+  std::vector<std::string> names;
+  for (const auto& [name, p] : whole->namedParameters()) names.push_back(name);
+  auto has = [](const std::vector<std::string>& v, const std::string& n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  SECTION("default: biases, norm gains and embedding tables skip decay; the matrices decay") {
+    const DecayGroups groups = splitByDecay(*whole, std::nullopt);
+    CHECK(groups.decay.size() + groups.noDecay.size() == names.size());
+    for (const auto& [name, p] : whole->namedParameters()) {
+      INFO(name);
+      const bool expected = p.dim() < 2 || name == "tok_emb.weight" || name == "pos_emb";
+      CHECK(has(groups.noDecayNames, name) == expected);
+    }
+    CHECK(has(groups.noDecayNames, "block0.ln1.weight"));
+    CHECK(has(groups.noDecayNames, "block1.fc.bias"));
+    CHECK_FALSE(has(groups.noDecayNames, "block1.fc.weight"));
+    CHECK_FALSE(has(groups.noDecayNames, "head.weight"));
+  }
+  SECTION("globs replace the rule; [] decays everything") {
+    CHECK(splitByDecay(*whole, std::vector<std::string>{}).noDecay.empty());
+    const DecayGroups groups = splitByDecay(*whole, std::vector<std::string>{"*.bias"});
+    auto isBias = [](const std::string& n) { return n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0; };
+    for (const auto& name : names) CHECK(has(groups.noDecayNames, name) == isBias(name));
+    CHECK_FALSE(groups.noDecayNames.empty());
+  }
+  SECTION("a tied head is judged as the embedding it copies") {
+    CHECK(has(splitByDecay(*whole, std::nullopt, {{"head.weight", "tok_emb.weight"}}).noDecayNames, "head.weight"));
+  }
+  SECTION("frozen parameters are in neither group") {
+    applyTrainable(*whole, {"block1.*"});
+    const DecayGroups groups = splitByDecay(*whole, std::nullopt);
+    for (const auto& name : groups.noDecayNames) CHECK(name.rfind("block1.", 0) == 0);
+    CHECK(groups.decay.size() + groups.noDecay.size() == whole->parameters().size());
+  }
+}
+
 TEST_CASE("init_from copies tensors by name, from plain files and skytrain checkpoints, converting dtypes") {
   auto source = makeGptStage(kConfig, 0, 2, 7);
   SECTION("a plain safetensors file, in half precision") {
