@@ -7,7 +7,7 @@
 # KILL_AT and started again; the job resumes from its last checkpoint by itself. Prints
 # each run's start-up, step time, the resume, each daemon's peak resident memory against
 # admission's estimate, and whether the final weights of the two runs are bit-identical.
-# Usage (after deploy/build.sh): bash bench/llm_resume.sh [steps] [kill_at] [copies] [precision] [recompute]
+# Usage (after deploy/build.sh): [SEQ=128] [BATCH=4] bash bench/llm_resume.sh [steps] [kill_at] [copies] [precision] [recompute]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-8}
@@ -15,6 +15,8 @@ kill_at=${2:-3}
 copies=${3:-150}
 precision=${4:-bf16}
 recompute=${5:-block}
+seq=${SEQ:-128}
+batch=${BATCH:-4}
 source deploy/local-daemons.sh
 bench_workspace
 for _ in $(seq "$copies"); do cat "$corpus"; done > "$work/big.txt"
@@ -32,12 +34,12 @@ make_keys "$work/keys" "$cli" 2
 start_daemon A build/daemon/skytraind "$work/a" "tcp://127.0.0.1:${ports[0]}" "tcp://127.0.0.1:${ports[1]}"
 start_daemon B build/daemon/skytraind "$work/b" "tcp://127.0.0.1:${ports[2]}" "tcp://127.0.0.1:${ports[3]}"
 export SKYTRAIN_DAEMON=$A
-python3 - "$A" "$B" "$steps" "$precision" "$recompute" "$work/tokens" "$work/job.json" <<'PY'
+python3 - "$A" "$B" "$steps" "$precision" "$recompute" "$work/tokens" "$work/job.json" "$seq" "$batch" <<'PY'
 import json, sys
-a, b, steps, precision, recompute, tokens, out = sys.argv[1:]
-json.dump({"name": f"gpt2-small-{precision}-{recompute}", "seed": 1, "steps": int(steps), "batch_size": 4,
+a, b, steps, precision, recompute, tokens, out, seq, batch = sys.argv[1:]
+json.dump({"name": f"gpt2-small-{precision}-{recompute}", "seed": 1, "steps": int(steps), "batch_size": int(batch),
            "micro_batches": 2, "schedule": "1f1b", "precision": precision,
-           "model": {"kind": "gpt2", "preset": "gpt2-small", "seq_len": 128, "recompute": recompute},
+           "model": {"kind": "gpt2", "preset": "gpt2-small", "seq_len": int(seq), "recompute": recompute},
            "optimizer": {"lr": 3e-4},
            "data": {"format": "tokens", "files": [tokens]}, "eval": {"samples": 4},
            "checkpoint": {"interval": 2, "keep": 2}, "failure": {"max_restarts": 3},

@@ -44,6 +44,7 @@ PY
   job=$("$cli" --daemon "$A" submit --detach "$work/job.json" | awk '/submitted job/ {print $3}')
   "$cli" --daemon "$A" logs -f "$job" > /dev/null || true
   "$cli" --daemon "$A" status --json "$job" > "$work/status.json"
+  cp "$work/status.json" "build/data/scale-${precision}-${recompute}.status.json"  # kept for a closer look
   for i in 0 1; do
     dir=$work/run-${precision}-${recompute}/$( [ $i = 0 ] && echo a || echo b )
     estimate=$(grep -o "needs an estimated [0-9.]* MB\|estimated [0-9.]* MB\|([0-9.]* MB (weights" "$dir/daemon.log" | head -1 | grep -o "[0-9.]* MB" | head -1 || true)
@@ -59,7 +60,7 @@ steps = s["steps"]
 startup = steps[0]["time"] - float(start)
 step = statistics.median(x["step_s"] for x in steps[1:]) if len(steps) > 1 else steps[0]["step_s"]
 e, p = float(estimate.split()[0]), float(peak.split()[0])
-profile = s.get("plan", {}).get("stages", [{}, {}])[int(stage)].get("profile", {})
+profile = (s.get("plans") or [{}])[0].get("stages", [{}, {}])[int(stage)].get("profile", {})
 profiled = f"{profile['seconds']:.1f} s ({profile['passes']})" if profile else "?"
 k = int(interval)
 # Rows count steps from 0; a checkpoint is taken after step n when (n + 1) % k == 0.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/wait.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 #include <zmq_addon.hpp>
@@ -152,6 +153,14 @@ std::optional<int> spawnSentinel(const std::string& configPath, std::string& why
     why = binary + ": " + std::strerror(rc);
     return std::nullopt;
   }
+  // It outlives the daemon unless something ends it first: reaped here, never a zombie.
+  std::thread([child] {
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    spdlog::warn("sentinel (pid {}) ended before the daemon ({}): a kill for memory will show only as a lost daemon",
+                 child, WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status)) : "exit " + std::to_string(WEXITSTATUS(status)));
+  }).detach();
   return fds[1];
 }
 

@@ -22,8 +22,9 @@ constexpr double kSentinelAnswerSeconds = 10;
 inline constexpr const char* kLastExitFile = "last-exit.json";
 
 // The sentinel beside this binary (/proc/self/exe's directory), started watching this
-// process. Returns the write end of its pipe (to pass the control endpoint to, then keep
-// open until death), or nullopt with `why` set when it cannot start.
+// process, and a thread that reaps it (warning when it ends before the daemon). Returns
+// the write end of its pipe (to pass the control endpoint to, then keep open until death),
+// or nullopt with `why` set when it cannot start.
 std::optional<int> spawnSentinel(const std::string& configPath, std::string& why);
 
 // Tells the sentinel the endpoint the control socket is bound to (one line on its pipe).

@@ -92,7 +92,7 @@ struct ReplicaGroup::Impl {
   std::string backend;
   // One flat bucket a dtype and device, kept from step to step (a stage's gradients keep
   // their sizes): the all-reduce allocates nothing after the first step.
-  std::map<std::pair<c10::ScalarType, std::string>, at::Tensor> buckets;
+  std::map<std::pair<c10::ScalarType, std::string>, at::Tensor> buckets;  // by dtype and "device/collective"
 };
 
 ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o)
@@ -131,6 +131,22 @@ ReplicaGroup::~ReplicaGroup() = default;
 std::string ReplicaGroup::backend() const { return impl_->backend; }
 
 void ReplicaGroup::average(const std::vector<at::Tensor>& tensors) {
+  collect(tensors, "gradient all-reduce", [&](std::vector<at::Tensor>& flat) {
+    impl_->group->allreduce(flat)->wait();
+    flat[0].div_(size_);
+  });
+}
+
+void ReplicaGroup::broadcast(const std::vector<at::Tensor>& tensors, int root) {
+  collect(tensors, "ZeRO-1 broadcast from copy " + std::to_string(root), [&](std::vector<at::Tensor>& flat) {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    impl_->group->broadcast(flat, options)->wait();
+  });
+}
+
+void ReplicaGroup::collect(const std::vector<at::Tensor>& tensors, const std::string& what,
+                           const std::function<void(std::vector<at::Tensor>&)>& collective) {
   if (tensors.empty()) return;
   std::map<c10::ScalarType, std::vector<at::Tensor>> byType;
   for (const auto& t : tensors) byType[t.scalar_type()].push_back(t);
@@ -139,17 +155,16 @@ void ReplicaGroup::average(const std::vector<at::Tensor>& tensors) {
     std::vector<at::Tensor> parts;
     int64_t total = 0;
     for (const auto& t : group) parts.push_back(t.reshape({-1})), total += t.numel();
-    at::Tensor& bucket = impl_->buckets[{entry.first, group[0].device().str()}];
+    // One bucket per collective, dtype and device: each keeps its size from step to step.
+    at::Tensor& bucket = impl_->buckets[{entry.first, group[0].device().str() + "/" + what}];
     if (!bucket.defined() || bucket.numel() != total) bucket = torch::empty({total}, group[0].options());
     at::cat_out(bucket, parts, 0);
     std::vector<at::Tensor> flat{bucket};
     try {
-      impl_->group->allreduce(flat)->wait();
+      collective(flat);
     } catch (const std::exception& e) {
-      throw PeerError(std::string("gradient all-reduce among the stage's replicas failed: ") +
-                      std::string(e.what()).substr(0, 400));
+      throw PeerError(what + " among the stage's replicas failed: " + std::string(e.what()).substr(0, 400));
     }
-    flat[0].div_(size_);
     int64_t at = 0;
     for (auto& t : group) {
       const int64_t n = t.numel();

@@ -46,11 +46,18 @@ class ReplicaGroup {
   // Sums the tensors over the copies in place and divides by their number: one flat bucket
   // per dtype, so a step costs one collective.
   void average(const std::vector<at::Tensor>& tensors);
+  // Copies rank `root`'s values of the tensors to every copy, in place: one flat bucket per
+  // dtype (ZeRO-1: each copy's updated shard, to the others).
+  void broadcast(const std::vector<at::Tensor>& tensors, int root);
   // The backend's name ("gloo", "nccl").
   std::string backend() const;
   int size() const { return size_; }
 
  private:
+  // Flattens the tensors into one bucket per dtype, runs `collective` on it, copies back.
+  void collect(const std::vector<at::Tensor>& tensors, const std::string& what,
+               const std::function<void(std::vector<at::Tensor>&)>& collective);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int size_ = 1;

@@ -83,6 +83,7 @@ OptimizerSpec parseOptimizer(ObjectReader r, int steps) {
   o.minLr = r.number("min_lr", o.minLr, 0.0, 10.0);
   if (o.minLr > o.lr) throw SpecError(r.pathOf("min_lr"), "is above lr");
   o.clipNorm = r.number("clip_norm", o.clipNorm, 0.0, 1e9);
+  o.zero = static_cast<int>(r.integer("zero", o.zero, 0, 1));
   o.onNonfinite = r.string("on_nonfinite", o.onNonfinite);
   if (o.onNonfinite != "fail" && o.onNonfinite != "skip") {
     throw SpecError(r.pathOf("on_nonfinite"), "\"" + o.onNonfinite + "\" is not fail or skip");
@@ -265,6 +266,9 @@ JobSpec parseJobSpec(const std::string& text) {
     spec.optimizer = parseOptimizer(ObjectReader(*o, "$.optimizer"), spec.steps);
   } else {
     spec.optimizer.warmupSteps = defaultWarmupSteps(spec.steps);
+  }
+  if (spec.update == "delayed" && spec.optimizer.zero > 0) {
+    throw SpecError("$.optimizer.zero", "ZeRO-1 with the delayed update is not built (use update \"sync\")");
   }
   if (const json* c = r.child("compression", false)) {
     spec.compression = parseCompression(ObjectReader(*c, "$.compression"));

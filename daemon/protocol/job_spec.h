@@ -141,6 +141,10 @@ struct OptimizerSpec {
   double clipNorm = 1.0;
   // A NaN or Inf loss or gradient: "fail" the job, or "skip" the step (no update, counted).
   std::string onNonfinite = "fail";
+  // 1: ZeRO-1 for replicated stages: each of a stage's R copies keeps AdamW state for its
+  // own 1/R of the parameters, updates them, and sends them to the other copies over c10d;
+  // the update is the unsharded one to the bit. 0: every copy keeps and updates it all.
+  int zero = 0;
 };
 
 // The warm-up a job of `steps` steps gets when its spec names none: 5% of the steps, at most

@@ -1,5 +1,6 @@
 #include "daemon/stage/admission.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "daemon/stage/model_setup.h"
@@ -108,9 +109,11 @@ const std::vector<std::string>& filesOf(const protocol::JobSpec& spec, int stage
 }  // namespace
 
 std::string MemoryEstimate::describe() const {
-  return megabytes(totalBytes()) + " (weights " + megabytes(weightBytes) + ", gradients and AdamW state " +
-         megabytes(optimizerBytes) + ", activation stash " + megabytes(stashBytes) + " at micro-batch " +
-         std::to_string(stashSamples) + ", data " + megabytes(dataBytes) + ")";
+  return megabytes(totalBytes()) + " (runtime " + megabytes(runtimeBytes) + ", weights " + megabytes(weightBytes) +
+         ", gradients and AdamW state " + megabytes(optimizerBytes) + ", activation stash " + megabytes(stashBytes) +
+         " for " + std::to_string(stashSamples) + " samples, step transients " + megabytes(transientBytes) +
+         (copiesBytes > 0 ? ", delayed-update copies " + megabytes(copiesBytes) : "") + ", data " + megabytes(dataBytes) +
+         ")";
 }
 
 void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std::string>& roots) {
@@ -156,11 +159,35 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
 MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
   const auto source = stages::makeModelSource(modelConfig(spec));
   MemoryEstimate m;
+  m.runtimeBytes = kRuntimeBytes;
   m.weightBytes = source->weightBytes(stage);
-  m.optimizerBytes = 3 * m.weightBytes;  // gradient, exp_avg, exp_avg_sq
-  // With m chosen by the planner the smallest micro-batch is one sample; a fixed m fixes it.
-  m.stashSamples = spec.microBatches > 0 ? spec.batchSize / spec.microBatches : 1;
+  // The gradient, and AdamW's exp_avg and exp_avg_sq: under ZeRO-1 of a 1/R shard only.
+  const int copies = protocol::replicaCount(spec);
+  m.optimizerBytes = m.weightBytes + 2 * m.weightBytes / (spec.optimizer.zero > 0 ? copies : 1);
+  // The whole batch (a copy's share): the profile's first pass runs it at once, and GPipe
+  // keeps every micro-batch in flight.
+  m.stashSamples = spec.batchSize / protocol::replicaCount(spec);
   m.stashBytes = source->stashBytesPerSample(stage) * m.stashSamples;
+  // What a step allocates and frees again, at its peak: AdamW's two temporaries of the
+  // largest parameter; a tied matrix's gradient frames (sent, received, decoded); under
+  // bf16 each in-flight micro-batch's casts of the weights (half their bytes), kept for its
+  // backward — one block's only under recompute. The largest parameter is the vocabulary
+  // table on an end stage, else a block's widest matrix; never more than the weights.
+  const auto& model = spec.model;
+  const int stages = static_cast<int>(spec.stages.size());
+  const bool end = stage == 0 || stage + 1 == stages;
+  const double d = model.dModel;
+  const double largest = std::min(m.weightBytes, 4.0 * std::max({end ? double(model.vocabSize) * d : 0.0, d * model.dFf, 3 * d * d}));
+  m.transientBytes = 2 * largest;
+  for (const auto& pair : source->tied()) {
+    if (pair.firstStage == stage || pair.secondStage == stage) m.transientBytes += 3 * largest;
+  }
+  if (spec.precision == "bf16") {
+    const int inFlight = model.recompute == "block" ? 1 : std::max(1, stages - stage);
+    m.transientBytes += 0.5 * m.weightBytes * inFlight;
+  }
+  // The delayed update keeps two more copies of the stage, and copies its snapshots.
+  if (spec.update == "delayed") m.copiesBytes = 2 * m.weightBytes + 3 * m.weightBytes;
   std::error_code ec;
   for (const auto* files : {&spec.model.initFrom, &spec.stages.at(stage).initFrom}) {
     for (const auto& file : *files) {

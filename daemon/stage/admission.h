@@ -9,14 +9,24 @@
 
 namespace skytrain::daemon {
 
+// The daemon's own resident memory under a stage: LibTorch, OpenBLAS and oneDNN, ZeroMQ,
+// the threads' stacks. Measured: 162 MB idle after start-up, 289 MB at the peak of a
+// 0.9M-parameter stage reading a pre-tokenised corpus (docs/memory.md).
+constexpr double kRuntimeBytes = 256.0 * 1024 * 1024;
+
+// A stage's peak resident memory, estimated from the model's shapes before anything is
+// allocated (docs/memory.md: within 15% of the measured peak at 124M).
 struct MemoryEstimate {
+  double runtimeBytes = 0;    // kRuntimeBytes
   double weightBytes = 0;     // parameters, float32
   double optimizerBytes = 0;  // gradients and AdamW's two moments
-  double stashBytes = 0;      // activations kept for backward at the smallest micro-batch possible
-  int stashSamples = 0;       // that micro-batch
+  double stashBytes = 0;      // activations kept for backward, for stashSamples samples
+  int stashSamples = 0;       // the batch: the profile's first pass, or GPipe, holds it all
+  double transientBytes = 0;  // freed within a step: AdamW's temporaries, tied frames, bf16 casts
+  double copiesBytes = 0;     // the delayed update's copies of the stage and of its snapshots
   double dataBytes = 0;       // the token streams (first and last stage)
 
-  double fixedBytes() const { return weightBytes + optimizerBytes + dataBytes; }
+  double fixedBytes() const { return runtimeBytes + weightBytes + optimizerBytes + transientBytes + copiesBytes + dataBytes; }
   double totalBytes() const { return fixedBytes() + stashBytes; }
   std::string describe() const;
 };

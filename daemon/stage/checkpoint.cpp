@@ -1,6 +1,7 @@
 #include "daemon/stage/checkpoint.h"
 
 #include <spdlog/spdlog.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -21,7 +22,7 @@ namespace {
 constexpr size_t kMaxMetaBytes = 1 << 20;
 constexpr size_t kMaxTensorsBytes = size_t{1} << 40;
 
-constexpr int kWriterNice = 10;
+constexpr int kWriterNice = 19;  // where SCHED_IDLE is refused
 
 std::string hex64(uint64_t v) {
   char text[17];
@@ -129,9 +130,12 @@ void CheckpointWriter::awaitReleased() {
 }
 
 void CheckpointWriter::run() {
-  // Below the stage's compute (nice 10: about a tenth of a busy core): a checkpoint is
-  // written in the time the steps leave, so the steps after it keep their pace.
-  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kWriterNice) != 0) {
+  // Only in the time the stage's compute leaves (SCHED_IDLE: a core no compute thread
+  // wants — the pipeline's bubbles, the waits for frames): the steps after a checkpoint keep
+  // their pace. It cannot starve: the next optimizer step waits for it, which idles a core.
+  const sched_param none{};
+  if (::sched_setscheduler(static_cast<pid_t>(::syscall(SYS_gettid)), SCHED_IDLE, &none) != 0 &&
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kWriterNice) != 0) {
     spdlog::warn("checkpoint writer: cannot lower its priority: {}", std::strerror(errno));
   }
   while (true) {
@@ -156,7 +160,8 @@ void CheckpointWriter::run() {
       changed_.notify_all();
     };
     try {
-      auto& [step, snapshot] = item;
+      const int64_t step = item.first;
+      StageSnapshot& snapshot = item.second;  // not a structured binding: the lambdas below capture it
       makeDirectories(checkpointDir(jobDir_, step));
       // Streamed from the snapshot's tensors to the file, each freed once written: the
       // checkpoint is never held a second time as one buffer of bytes.

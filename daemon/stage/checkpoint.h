@@ -45,7 +45,7 @@ std::string checkpointMetaPath(const std::string& jobDir, int64_t step, int stag
 StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId, int64_t step, int stage);
 
 // Writes snapshots on its own thread, in order, keeping this stage's newest `keep` + 1, each
-// streamed from its tensors to the file at a lower CPU priority than the stage's compute.
+// streamed from its tensors to the file in the CPU time the stage's compute leaves idle.
 class CheckpointWriter {
  public:
   CheckpointWriter(std::string jobDir, int stage, int keep);

@@ -7,6 +7,7 @@
 #include "daemon/ops/timing.h"
 #include "daemon/protocol/failures.h"
 #include "daemon/stage/codec_set.h"
+#include "daemon/stage/gradient_checks.h"
 #include "daemon/stage/profiler.h"
 #include "daemon/stage/schedule_executor.h"
 #include "daemon/stage/stage_links.h"
@@ -304,7 +305,7 @@ nlohmann::json FanIn::profileCompute() {
     outputBytes.push_back({b, bytes});
     gradientBytes.push_back({b, 0.0});
   }
-  optimizer_.zero_grad();
+  zeroGradients(model_.parameters());
   return profiler_.computeProfile(std::move(forward), std::move(backward), std::move(outputBytes), std::move(gradientBytes));
 }
 

@@ -28,4 +28,12 @@ void clipGradients(const NamedGradients& gradients, double clipNorm, const at::T
   }
 }
 
+void zeroGradients(const std::vector<at::Tensor>& parameters) {
+  for (auto p : parameters) {
+    if (!p.mutable_grad().defined()) continue;
+    p.mutable_grad().detach_();
+    p.mutable_grad().zero_();
+  }
+}
+
 }  // namespace skytrain::daemon

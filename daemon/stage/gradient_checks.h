@@ -24,4 +24,8 @@ at::Tensor gradientNorms(const NamedGradients& gradients);
 // Scales every gradient in place by min(1, clipNorm / (total + 1e-6)), as clip_grad_norm_.
 void clipGradients(const NamedGradients& gradients, double clipNorm, const at::Tensor& total);
 
+// Zeroes the parameters' gradients as Optimizer::zero_grad does for its own: every one the
+// stage trains, also those a ZeRO-1 copy's optimizer does not hold (their owner's does).
+void zeroGradients(const std::vector<at::Tensor>& parameters);
+
 }  // namespace skytrain::daemon

@@ -5,19 +5,44 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "scheduler/error.h"
 #include "stages/weights.h"
 
 
 namespace skytrain::daemon {
 
+std::vector<int> shardOwners(const std::vector<at::Tensor>& parameters, int replicas) {
+  std::vector<int64_t> held(std::max(1, replicas), 0);
+  std::vector<int> owners;
+  for (const auto& p : parameters) {
+    const int owner = static_cast<int>(std::min_element(held.begin(), held.end()) - held.begin());
+    held[owner] += p.numel();
+    owners.push_back(owner);
+  }
+  return owners;
+}
+
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const stages::Stage& model, const protocol::OptimizerSpec& o,
-                                                       const std::vector<stages::TiedPair>& tied, int stage) {
+                                                       const std::vector<stages::TiedPair>& tied, int stage,
+                                                       const std::vector<at::Tensor>& owned) {
   std::map<std::string, std::string> aliases;
   for (const auto& pair : tied) {
     if (pair.secondStage == stage) aliases[pair.secondName] = pair.firstName;
   }
   stages::DecayGroups split = stages::splitByDecay(model, o.noDecay, aliases);
+  if (!owned.empty()) {  // ZeRO-1: this copy's shard only
+    auto keep = [&](std::vector<at::Tensor>& group) {
+      std::vector<at::Tensor> kept;
+      for (auto& p : group) {
+        if (std::any_of(owned.begin(), owned.end(), [&](const at::Tensor& q) { return q.is_same(p); })) kept.push_back(p);
+      }
+      group = std::move(kept);
+    };
+    keep(split.decay);
+    keep(split.noDecay);
+  }
   const auto options = torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   if (!split.decay.empty()) groups.emplace_back(std::move(split.decay), std::make_unique<torch::optim::AdamWOptions>(options));

@@ -30,8 +30,16 @@ stages::DataConfig dataConfig(const protocol::JobSpec& spec, int stage);
 // on the matrices, none on what optimizer.no_decay names (stages::splitByDecay; a tied
 // head judged as the embedding it copies). The runner and the one-process reference both
 // build theirs here, so the two cannot disagree on who decays.
+// `owned`: under ZeRO-1 only this copy's shard of the parameters (shardOwners), none
+// other getting AdamW state here; empty: all of them.
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const stages::Stage& model, const protocol::OptimizerSpec& optimizer,
-                                                       const std::vector<stages::TiedPair>& tied, int stage);
+                                                       const std::vector<stages::TiedPair>& tied, int stage,
+                                                       const std::vector<at::Tensor>& owned = {});
+
+// ZeRO-1's partition of a stage's trainable parameters over its `replicas` copies: each
+// parameter, in order, goes to the copy holding the fewest elements so far (ties: the
+// lowest rank). Every copy computes the same partition. Returns each parameter's owner.
+std::vector<int> shardOwners(const std::vector<at::Tensor>& parameters, int replicas);
 
 // Throws skytrain::Error naming `device` ("cpu", "cuda", "cuda:N") and `what` when this
 // daemon's LibTorch cannot compute on it: never a silent fallback to the CPU.

@@ -60,7 +60,20 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
                                                 objective_->extraTokensName());
     }
   }
-  optimizer_ = makeOptimizer(*model_, spec.optimizer, source_->tied(), stage);
+  // ZeRO-1: this copy's AdamW holds its shard of the parameters; after each update every
+  // copy broadcasts its shard's new values to the others (gatherShards).
+  const int replicas = protocol::replicaCount(spec);
+  std::vector<at::Tensor> owned;
+  if (spec.optimizer.zero > 0 && replicas > 1) {
+    const auto parameters = model_->parameters();
+    const auto owners = shardOwners(parameters, replicas);
+    shards_.resize(replicas);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      shards_[owners[i]].push_back(parameters[i].detach());  // the same storage, written outside autograd
+      if (owners[i] == replica) owned.push_back(parameters[i]);
+    }
+  }
+  optimizer_ = makeOptimizer(*model_, spec.optimizer, source_->tied(), stage, owned);
 
   codecs_ = std::make_unique<CodecSet>(spec.compression);
   links_ = std::make_unique<StageLinks>(context_, counters_);
@@ -87,7 +100,8 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
         [this](uint64_t step, double& lossSum) { topology_->runOps(step, lossSum); },
         [this] {
           if (updateFence_) updateFence_();
-        });
+        },
+        [this] { gatherShards(); });
   }
   state_ = std::make_unique<StageState>(context_, *model_, *optimizer_, *codecs_, *links_, *update_,
                                         data_ ? data_->fingerprint() : std::string());
@@ -195,6 +209,13 @@ std::optional<double> PipelineRunner::evalMetric(const std::string& name) const 
   const auto metrics = topology_->evalMetrics();
   const auto it = metrics.find(name);
   return it == metrics.end() ? std::nullopt : std::optional<double>(it->second);
+}
+
+void PipelineRunner::gatherShards() {
+  if (shards_.empty()) return;
+  auto* group = gradients_->replicas();
+  SKYTRAIN_CHECK(group, "ZeRO-1 shards without a replica group");
+  for (int owner = 0; owner < static_cast<int>(shards_.size()); ++owner) group->broadcast(shards_[owner], owner);
 }
 
 StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) const {

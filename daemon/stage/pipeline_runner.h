@@ -133,6 +133,10 @@ class PipelineRunner {
   RunPlan plan_;
   bool fanIn_ = false;
   bool delayed_ = false;
+  // ZeRO-1: per copy (rank), the parameters whose AdamW state and update it owns; empty
+  // without sharding.
+  std::vector<std::vector<at::Tensor>> shards_;
+  void gatherShards();
   std::function<void()> updateFence_;
   std::unique_ptr<stages::ModelSource> source_;
   std::unique_ptr<stages::Stage> model_;

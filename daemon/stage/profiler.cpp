@@ -12,6 +12,7 @@
 #include "daemon/net/replica_group.h"
 #include "daemon/ops/timing.h"
 #include "daemon/stage/codec_set.h"
+#include "daemon/stage/gradient_checks.h"
 #include "daemon/stage/gradient_pipeline.h"
 #include "daemon/stage/schedule_executor.h"
 #include "daemon/stage/stage_links.h"
@@ -251,7 +252,7 @@ Json Profiler::profileCompute() {
     gradientBytes.push_back({b, gradBytes});
   }
   model_.setSplitBackward(executor_.schedule().kind == scheduler::ScheduleKind::ZeroBubbleH1);
-  optimizer_.zero_grad();  // profiling's gradients must not reach the first step
+  zeroGradients(model_.parameters());  // profiling's gradients must not reach the first step
   Json profile = computeProfile(std::move(forward), std::move(backward), std::move(outputBytes), std::move(gradientBytes));
   profile["weight_s"] = std::move(weight);
   profile["profile_passes"] = passes.lean ? "lean" : "full";

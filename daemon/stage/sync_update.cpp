@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "daemon/ops/timing.h"
+#include "daemon/stage/gradient_checks.h"
 #include "daemon/stage/gradient_pipeline.h"
 #include "daemon/stage/stage_context.h"
 #include "scheduler/error.h"
@@ -16,14 +17,15 @@ void setLearningRate(torch::optim::Optimizer& optimizer, const StageContext& con
 
 SyncUpdate::SyncUpdate(const StageContext& context, StepCounters& counters, stages::Stage& model,
                        torch::optim::Optimizer& optimizer, GradientPipeline& gradients, Ops ops,
-                       std::function<void()> beforeUpdate)
+                       std::function<void()> beforeUpdate, std::function<void()> afterUpdate)
     : context_(context),
       counters_(counters),
       model_(model),
       optimizer_(optimizer),
       gradients_(gradients),
       ops_(std::move(ops)),
-      beforeUpdate_(std::move(beforeUpdate)) {}
+      beforeUpdate_(std::move(beforeUpdate)),
+      afterUpdate_(std::move(afterUpdate)) {}
 
 bool SyncUpdate::runStep(uint64_t step, double& lossSum) {
   ops_(step, lossSum);
@@ -33,7 +35,8 @@ bool SyncUpdate::runStep(uint64_t step, double& lossSum) {
     setLearningRate(optimizer_, context_, step);
     if (beforeUpdate_) beforeUpdate_();
     if (update) optimizer_.step();
-    optimizer_.zero_grad();
+    if (update && afterUpdate_) afterUpdate_();
+    zeroGradients(model_.parameters());
   }
   SKYTRAIN_CHECK(model_.inFlight() == 0, "micro-batches left in flight after step " << step);
   return update;

@@ -21,9 +21,10 @@ class SyncUpdate : public UpdatePolicy {
   // `ops` runs a step's forwards and backwards on `model` (the topology's).
   using Ops = std::function<void(uint64_t step, double& lossSum)>;
   // `beforeUpdate`: called just before each optimizer step (the checkpoint fence).
+  // `afterUpdate`: just after it (ZeRO-1: the copies exchange their updated shards).
   SyncUpdate(const StageContext& context, StepCounters& counters, stages::Stage& model,
              torch::optim::Optimizer& optimizer, GradientPipeline& gradients, Ops ops,
-             std::function<void()> beforeUpdate = {});
+             std::function<void()> beforeUpdate = {}, std::function<void()> afterUpdate = {});
 
   bool runStep(uint64_t step, double& lossSum) override;
   stages::Stage& active(uint64_t) override { return model_; }
@@ -35,7 +36,7 @@ class SyncUpdate : public UpdatePolicy {
   torch::optim::Optimizer& optimizer_;
   GradientPipeline& gradients_;
   Ops ops_;
-  std::function<void()> beforeUpdate_;
+  std::function<void()> beforeUpdate_, afterUpdate_;
 };
 
 // Sets every parameter group's learning rate to the schedule's value at `step`.

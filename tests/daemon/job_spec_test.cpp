@@ -61,6 +61,19 @@ TEST_CASE("the recipe's defaults: clipping on, warm-up over 5% of the steps, the
     spec["optimizer"]["no_decay"] = {"*.bias", "tok_emb.*"};
     CHECK(parseJobSpec(spec.dump()).optimizer.noDecay == std::vector<std::string>{"*.bias", "tok_emb.*"});
   }
+  SECTION("zero: 0 by default, 1 shards AdamW state, nothing else; not with the delayed update") {
+    CHECK(parseJobSpec(spec.dump()).optimizer.zero == 0);
+    spec["optimizer"] = {{"zero", 1}};
+    CHECK(parseJobSpec(spec.dump()).optimizer.zero == 1);
+    spec["optimizer"]["zero"] = 2;
+    CHECK(refusal(spec).first == "$.optimizer.zero");
+    spec["optimizer"]["zero"] = 1;
+    spec["update"] = "delayed";
+    spec["schedule"] = "1f1b";
+    const auto [path, message] = refusal(spec);
+    CHECK(path == "$.optimizer.zero");
+    CHECK_THAT(message, Catch::Contains("delayed update"));
+  }
   SECTION("no_decay refused when not a list of strings, or too long") {
     spec["optimizer"] = {{"no_decay", "*.bias"}};
     CHECK(refusal(spec).first == "$.optimizer.no_decay");
