@@ -46,7 +46,10 @@ json.dump({"name": f"gpt2-small-{precision}-{recompute}", "seed": 1, "steps": in
            "stages": [{"daemon": a, "layers": [0, 6]}, {"daemon": b, "layers": [6, 12]}]}, open(out, "w"))
 PY
 steps_done() { "$cli" status --json "$1" | python3 -c "import json, sys; print(len(json.load(sys.stdin)['steps']))"; }
-run() {  # run NAME KILL: prints the job id
+peak() {  # peak I: daemon I's peak resident memory since its (last) start
+  grep VmHWM "/proc/${daemon_pids[$1]}/status" | awk '{printf "%.0f MB", $2 / 1024}'
+}
+run() {  # run NAME KILL: not in a subshell, so a restarted daemon's pid is kept
   local job start
   start=$(date +%s.%N)
   job=$("$cli" submit --detach "$work/job.json" | awk '/submitted job/ {print $3}')
@@ -70,13 +73,12 @@ print(f"{sys.argv[3]}: {s['state']}, {len(rows)} steps, start-up {rows[0]['time'
 for e in s.get("events", []):
     print("  event:", e.get("message", e) if isinstance(e, dict) else e)
 PYS
-  echo "$job"
+  echo "$1: stage 0's daemon peak $(peak 0) so far, stage 1's $(peak 1) since its last start"
 }
-undisturbed=$(run undisturbed none)
-killed=$(run killed kill)
+run undisturbed none
+run killed kill
 for i in 0 1; do
-  dir=$work/$([ $i = 0 ] && echo a || echo b)
-  echo "stage $i: $(grep -o "estimated [0-9.]* MB" "$dir/daemon.log" | tail -1), peak resident $(grep VmHWM "/proc/${daemon_pids[$i]}/status" | awk '{printf "%.0f MB", $2 / 1024}') (since its last start)"
+  echo "stage $i: admission's $(grep -o "estimated [0-9.]* MB" "$work/$([ $i = 0 ] && echo a || echo b)/daemon.log" | tail -1)"
 done
 python3 - "$work/undisturbed.safetensors" "$work/killed.safetensors" <<'PY'
 import json, struct, sys

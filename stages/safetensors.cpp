@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "compression/safetensors_header.h"
@@ -75,7 +77,11 @@ void writeSafetensors(SafeTensors&& file, const std::function<void(const char* d
   }
 }
 
-SafeTensors decodeSafetensors(const std::string& bytes, const std::string& source) {
+namespace {
+
+using TensorMaker = std::function<at::Tensor(const char* data, size_t bytes, const std::vector<int64_t>& shape, at::ScalarType)>;
+
+SafeTensors decodeWith(const std::string& bytes, const std::string& source, const TensorMaker& make) {
   const auto header = compression::parseSafetensorsHeader(bytes, bytes.size(), source);
   const char* data = bytes.data() + 8 + header.headerBytes;
   SafeTensors out;
@@ -83,11 +89,26 @@ SafeTensors decodeSafetensors(const std::string& bytes, const std::string& sourc
   for (const auto& entry : header.tensors) {  // file order
     const DType* dtype = byName(entry.dtype);
     SKYTRAIN_CHECK(dtype, "dtype " << entry.dtype << " passed the header check but has no tensor type");
-    at::Tensor t = torch::empty(entry.shape, torch::TensorOptions().dtype(dtype->type));
-    if (entry.end > entry.begin) std::memcpy(t.data_ptr(), data + entry.begin, entry.end - entry.begin);
-    out.tensors.emplace_back(entry.name, t);
+    out.tensors.emplace_back(entry.name, make(data + entry.begin, entry.end - entry.begin, entry.shape, dtype->type));
   }
   return out;
+}
+
+}  // namespace
+
+SafeTensors decodeSafetensors(const std::string& bytes, const std::string& source) {
+  return decodeWith(bytes, source, [](const char* data, size_t n, const std::vector<int64_t>& shape, at::ScalarType type) {
+    at::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(type));
+    if (n > 0) std::memcpy(t.data_ptr(), data, n);
+    return t;
+  });
+}
+
+SafeTensors decodeSafetensors(std::shared_ptr<const std::string> bytes, const std::string& source) {
+  return decodeWith(*bytes, source, [&](const char* data, size_t, const std::vector<int64_t>& shape, at::ScalarType type) {
+    // A view the caller only reads (from_blob takes a mutable pointer); it holds the buffer.
+    return torch::from_blob(const_cast<char*>(data), shape, [keep = bytes](void*) {}, torch::TensorOptions().dtype(type));
+  });
 }
 
 }  // namespace skytrain::stages

@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,5 +40,8 @@ void writeSafetensors(SafeTensors&& file, const std::function<void(const char* d
 // Parses the bytes of a file; `source` names it in errors. Throws skytrain::WireError
 // naming the source and the problem.
 SafeTensors decodeSafetensors(const std::string& bytes, const std::string& source);
+// The same without copying the data: every tensor is a view into `bytes`, which stays
+// alive while any of them does (a checkpoint's restore: the file is held once, not twice).
+SafeTensors decodeSafetensors(std::shared_ptr<const std::string> bytes, const std::string& source);
 
 }  // namespace skytrain::stages

@@ -36,7 +36,8 @@ struct DaemonConfig {
   std::vector<std::string> dataRoots;
   int torchThreads = 0;  // 0: LibTorch's default
   // Memory a hosted stage may use: weights, gradients, optimizer state, activation stash
-  // and data; a stage whose estimate exceeds it is refused. 0: half the physical memory.
+  // and data; a stage whose estimate exceeds it is refused. 0: what the daemon may really use,
+  // its cgroup's memory limit or else the physical memory (ops/memory_limit.h).
   int64_t memoryBudgetMb = 0;
   // A prepared stage not started within this many seconds is freed.
   double prepareTimeoutS = 60;

@@ -68,15 +68,15 @@ StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId
   if (m.value("stage", -1) != stage) problem("belongs to stage " + std::to_string(m.value("stage", -1)));
   if (m.value("step", int64_t{-1}) != step) problem("is of step " + std::to_string(m.value("step", int64_t{-1})));
   if (!m.contains("plan") || !m["plan"].is_object()) problem("has no plan");
-  const std::string bytes = readAll(tensorsPath, kMaxTensorsBytes);
-  if (m.value("tensors_bytes", uint64_t{0}) != bytes.size()) {
-    throw WireError("checkpoint file " + tensorsPath + " is " + std::to_string(bytes.size()) + " bytes, " + metaPath +
+  const auto bytes = std::make_shared<const std::string>(readAll(tensorsPath, kMaxTensorsBytes));
+  if (m.value("tensors_bytes", uint64_t{0}) != bytes->size()) {
+    throw WireError("checkpoint file " + tensorsPath + " is " + std::to_string(bytes->size()) + " bytes, " + metaPath +
                     " says " + std::to_string(m.value("tensors_bytes", uint64_t{0})) + " (truncated?)");
   }
-  if (m.value("tensors_xxh64", "") != hex64(XXH64(bytes.data(), bytes.size(), 0))) {
+  if (m.value("tensors_xxh64", "") != hex64(XXH64(bytes->data(), bytes->size(), 0))) {
     throw WireError("checkpoint file " + tensorsPath + " does not match its checksum in " + metaPath + " (corrupted)");
   }
-  snapshot.tensors = stages::decodeSafetensors(bytes, tensorsPath);
+  snapshot.tensors = stages::decodeSafetensors(bytes, tensorsPath);  // views into the file's one copy
   return snapshot;
 }
 
