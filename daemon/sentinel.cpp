@@ -12,7 +12,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -36,12 +35,6 @@ namespace fs = std::filesystem;
 constexpr size_t kMaxPipeBytes = 4096;        // the daemon writes one endpoint line
 constexpr size_t kMaxLastExitBytes = 16384;
 constexpr int kSentinelPipeFd = 3;
-
-std::string megabytes(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MB", bytes / (1024.0 * 1024.0));
-  return text;
-}
 
 // Reads the pipe until the daemon's end closes (its death or exit); returns the last line.
 std::string awaitClose(int pipe) {
@@ -204,13 +197,14 @@ int runSentinel(const DaemonConfig& config, int pipe, pid_t daemon) {
 
 std::optional<std::string> takeLastExit(const std::string& stateDir) {
   const std::string path = stateDir + "/" + kLastExitFile;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text(kMaxLastExitBytes, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  in.close();
   std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  std::string text;
+  try {
+    text = readFile(path, kMaxLastExitBytes);
+  } catch (const std::exception&) {
+    text.clear();  // unreadable or too large: said below
+  }
   fs::remove(path, ec);
   const Json record = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!record.is_object() || !record.value("verdict", Json()).is_string()) return "unreadable " + path;

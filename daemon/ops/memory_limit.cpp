@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -73,6 +74,12 @@ std::vector<CgroupMount> memoryMounts(const std::string& mountInfo) {
 }
 
 }  // namespace
+
+std::string megabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MB", bytes / (1024.0 * 1024.0));
+  return text;
+}
 
 std::vector<CgroupDir> memoryCgroups(const std::string& procCgroup, const std::string& mountInfo) {
   std::vector<CgroupDir> out;

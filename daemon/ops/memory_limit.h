@@ -14,6 +14,9 @@ struct MemoryLimit {
   std::string source;  // where it was read: "cgroup v2 memory.max of /system.slice/...", "physical memory"
 };
 
+// "768.0 MB" (MiB, one decimal): how the daemon writes memory sizes in its messages.
+std::string megabytes(double bytes);
+
 // The tightest of: every cgroup v2 memory.max and every cgroup v1 memory.limit_in_bytes
 // on the path of this process's cgroups (`procCgroup`), ancestors included (a parent's
 // limit binds its children), found where `mountInfo` says each hierarchy is mounted; and

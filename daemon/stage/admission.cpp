@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "daemon/ops/memory_limit.h"
 #include "daemon/stage/model_setup.h"
 #include "daemon/stage/pipeline_runner.h"
 #include "scheduler/error.h"
@@ -15,12 +16,6 @@ namespace skytrain::daemon {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string megabytes(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MB", bytes / (1024.0 * 1024.0));
-  return text;
-}
 
 bool under(const fs::path& path, const fs::path& root) {
   auto p = path.begin();
@@ -166,7 +161,7 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
   m.optimizerBytes = m.weightBytes + 2 * m.weightBytes / (spec.optimizer.zero > 0 ? copies : 1);
   // The whole batch (a copy's share): the profile's first pass runs it at once, and GPipe
   // keeps every micro-batch in flight.
-  m.stashSamples = spec.batchSize / protocol::replicaCount(spec);
+  m.stashSamples = spec.batchSize / copies;
   m.stashBytes = source->stashBytesPerSample(stage) * m.stashSamples;
   // What a step allocates and frees again, at its peak: AdamW's two temporaries of the
   // largest parameter; a tied matrix's gradient frames (sent, received, decoded); under
@@ -187,7 +182,7 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
     m.transientBytes += 0.5 * m.weightBytes * inFlight;
   }
   // The delayed update keeps two more copies of the stage, and copies its snapshots.
-  if (spec.update == "delayed") m.copiesBytes = 2 * m.weightBytes + 3 * m.weightBytes;
+  if (spec.update == "delayed") m.copiesBytes = (2 + 3) * m.weightBytes;
   std::error_code ec;
   for (const auto* files : {&spec.model.initFrom, &spec.stages.at(stage).initFrom}) {
     for (const auto& file : *files) {

@@ -26,17 +26,17 @@ std::vector<int> shardOwners(const std::vector<at::Tensor>& parameters, int repl
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const stages::Stage& model, const protocol::OptimizerSpec& o,
                                                        const std::vector<stages::TiedPair>& tied, int stage,
-                                                       const std::vector<at::Tensor>& owned) {
+                                                       const std::vector<at::Tensor>* owned) {
   std::map<std::string, std::string> aliases;
   for (const auto& pair : tied) {
     if (pair.secondStage == stage) aliases[pair.secondName] = pair.firstName;
   }
   stages::DecayGroups split = stages::splitByDecay(model, o.noDecay, aliases);
-  if (!owned.empty()) {  // ZeRO-1: this copy's shard only
+  if (owned) {  // ZeRO-1: this copy's shard only
     auto keep = [&](std::vector<at::Tensor>& group) {
       std::vector<at::Tensor> kept;
       for (auto& p : group) {
-        if (std::any_of(owned.begin(), owned.end(), [&](const at::Tensor& q) { return q.is_same(p); })) kept.push_back(p);
+        if (std::any_of(owned->begin(), owned->end(), [&](const at::Tensor& q) { return q.is_same(p); })) kept.push_back(p);
       }
       group = std::move(kept);
     };

@@ -30,11 +30,11 @@ stages::DataConfig dataConfig(const protocol::JobSpec& spec, int stage);
 // on the matrices, none on what optimizer.no_decay names (stages::splitByDecay; a tied
 // head judged as the embedding it copies). The runner and the one-process reference both
 // build theirs here, so the two cannot disagree on who decays.
-// `owned`: under ZeRO-1 only this copy's shard of the parameters (shardOwners), none
-// other getting AdamW state here; empty: all of them.
+// `owned`: under ZeRO-1 this copy's shard of the parameters (shardOwners), the only ones
+// getting AdamW state here (it may be empty); null: all of them.
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const stages::Stage& model, const protocol::OptimizerSpec& optimizer,
                                                        const std::vector<stages::TiedPair>& tied, int stage,
-                                                       const std::vector<at::Tensor>& owned = {});
+                                                       const std::vector<at::Tensor>* owned = nullptr);
 
 // ZeRO-1's partition of a stage's trainable parameters over its `replicas` copies: each
 // parameter, in order, goes to the copy holding the fewest elements so far (ties: the

@@ -73,7 +73,7 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
       if (owners[i] == replica) owned.push_back(parameters[i]);
     }
   }
-  optimizer_ = makeOptimizer(*model_, spec.optimizer, source_->tied(), stage, owned);
+  optimizer_ = makeOptimizer(*model_, spec.optimizer, source_->tied(), stage, shards_.empty() ? nullptr : &owned);
 
   codecs_ = std::make_unique<CodecSet>(spec.compression);
   links_ = std::make_unique<StageLinks>(context_, counters_);

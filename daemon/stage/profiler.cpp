@@ -40,7 +40,7 @@ std::vector<int64_t> profileSizes(int64_t batch) {
 double ProfilePasses::cost(int64_t batch, bool split) const {
   double samples = 0;
   for (int64_t b : sizes) samples += static_cast<double>(b);
-  return samples / static_cast<double>(batch) * ((warmEachSize ? 1 : 0) + repeats * (split ? 2 : 1));
+  return samples / static_cast<double>(batch) * ((warmEachSize() ? 1 : 0) + repeats * (split ? 2 : 1));
 }
 
 ProfilePasses profilePasses(int64_t batch, double fullBatchSeconds, bool split) {
@@ -52,8 +52,6 @@ ProfilePasses profilePasses(int64_t batch, double fullBatchSeconds, bool split) 
   const std::set<int64_t> sizes{std::max<int64_t>(1, batch / 4), std::max<int64_t>(1, batch / 2)};
   lean.sizes.assign(sizes.begin(), sizes.end());
   lean.repeats = 1;
-  lean.warmEachSize = false;
-  lean.extraRounds = false;
   lean.lean = true;
   return lean;
 }
@@ -229,7 +227,7 @@ Json Profiler::profileCompute() {
       backwardTimes.push_back(secondsSince(start) - (autoBackward ? codecSeconds : 0.0));  // "auto": the option's
       if (autoBackward && last) timeOptions(backwardOptions, gradInput, b, options["backward"]);
     };
-    for (int pass = passes.warmEachSize ? -1 : 0; pass < 2 * repeats; ++pass) runPass(pass);
+    for (int pass = passes.warmEachSize() ? -1 : 0; pass < 2 * repeats; ++pass) runPass(pass);
     // A size much slower than the line through the two sizes below it was most likely timed
     // under interference throughout: it gets more passes, up to kExtraRounds more rounds.
     auto suspect = [&](const Json& points, const std::vector<double>& times) {
@@ -240,7 +238,7 @@ Json Profiler::profileCompute() {
       const double line = t1 + (t1 - t0) / std::max(1.0, b1 - b0) * (static_cast<double>(b) - b1);
       return fastest(times) > kSuspectFactor * std::max(line, t1);
     };
-    for (int round = 0; passes.extraRounds && round < kExtraRounds &&
+    for (int round = 0; !passes.lean && round < kExtraRounds &&
                         (suspect(forward, forwardTimes) || suspect(backward, backwardTimes));
          ++round) {
       for (int pass = 0; pass < 2 * repeats; ++pass) runPass(2 * repeats + pass);  // past `last`: no codec timing

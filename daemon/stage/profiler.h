@@ -57,9 +57,8 @@ constexpr double kProfileFloorSeconds = 10;
 struct ProfilePasses {
   std::vector<int64_t> sizes;
   int repeats = kProfileRepeats;
-  bool warmEachSize = true;
-  bool extraRounds = true;
-  bool lean = false;
+  bool lean = false;  // no untimed pass per size and no extra rounds
+  bool warmEachSize() const { return !lean; }
   // Full-batch passes' worth of compute these take (each pass costs its size's share).
   double cost(int64_t batch, bool split) const;
 };

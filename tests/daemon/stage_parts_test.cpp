@@ -278,7 +278,7 @@ TEST_CASE("Profiler's passes: full for a small model, under three steps' compute
         CHECK(passes.lean);
         CHECK(passes.sizes.size() == 2);
         CHECK(passes.repeats == 1);
-        CHECK_FALSE(passes.warmEachSize);
+        CHECK_FALSE(passes.warmEachSize());
         CHECK(passes.cost(batch, split) <= skytrain::daemon::kProfileBudgetSteps);
       }
     }

@@ -87,6 +87,22 @@ grep -q "killed by the kernel for memory.*; admission estimated .* against a bud
   || { cat "$work/killed.out" >&2; fail "the failure does not give admission's estimate and budget"; }
 grep -q "no heartbeat answer" "$work/killed.out" && fail "the failure reads as a silent daemon"
 [ -s "$work/c/last-exit.json" ] || fail "no verdict left in C's state dir for the next daemon"
+# The next daemon on that state dir logs the verdict once; a crafted one is only called unreadable.
+"$daemon" --config "$work/c/config.json" > "$work/c/next.log" 2>&1 &
+next=$!
+for _ in $(seq 100); do grep -q "skytraind: control" "$work/c/next.log" && break; sleep 0.1; done
+grep -q "the previous daemon's sentinel reported: skytraind (pid ${daemon_pids[2]}) was killed by the kernel for memory" \
+  "$work/c/next.log" || { kill "$next"; fail "the next daemon did not log the verdict"; }
+[ -e "$work/c/last-exit.json" ] && { kill "$next"; fail "the verdict was not taken"; }
+kill "$next"; wait "$next" 2>/dev/null || true
+printf '{"verdict": 3, \x00\xff' > "$work/c/last-exit.json"
+"$daemon" --config "$work/c/config.json" > "$work/c/crafted.log" 2>&1 &
+next=$!
+for _ in $(seq 100); do grep -q "skytraind: control" "$work/c/crafted.log" && break; sleep 0.1; done
+grep -q "the previous daemon's sentinel reported: unreadable $work/c/last-exit.json" "$work/c/crafted.log" \
+  || { kill "$next"; fail "a crafted last-exit.json was not refused as unreadable"; }
+kill -0 "$next" || fail "a crafted last-exit.json took the daemon down"
+kill "$next"; wait "$next" 2>/dev/null || true
 kill -0 "${daemon_pids[1]}" || fail "the coordinating daemon B died"
 echo "PASS: memory budget from the cgroup ($limit_mb MB), over-budget stage refused with the numbers, daemon up;"
 echo "      a stage killed for memory failed its job with the kernel's verdict and admission's estimate"
