@@ -11,6 +11,7 @@
 #include "compression/side_tokens.h"
 #include "daemon/net/replica_group.h"
 #include "daemon/ops/timing.h"
+#include "daemon/protocol/failures.h"
 #include "daemon/stage/codec_set.h"
 #include "daemon/stage/gradient_checks.h"
 #include "daemon/stage/gradient_pipeline.h"
@@ -74,12 +75,26 @@ at::Tensor Profiler::randomInput(int64_t samples, at::Generator& generator) cons
   const auto shape = source_.inputShape(context_.stage, samples);
   // A stage that reads its targets as input too (a decoder) gets real ones.
   if (context_.isLast() && data_) model_.setTargets(data_->trainBatch(0, 0, static_cast<int>(samples)).targets);
-  if (context_.isFirst()) return torch::randint(0, context_.spec.model.vocabSize, shape, generator, torch::kLong).to(context_.device);
+  if (context_.isFirst()) {
+    // Token ids its data can hold: those of the stage's tokenizer, within vocab_size.
+    int64_t ids = context_.spec.model.vocabSize;
+    if (data_) ids = std::min<int64_t>(ids, data_->tokenizer().vocabSize());
+    return torch::randint(0, std::max<int64_t>(1, ids), shape, generator, torch::kLong).to(context_.device);
+  }
   return torch::randn(shape, generator).to(context_.device);
 }
 
 Json Profiler::profile(uint64_t step) {
-  Json compute = profileCompute();
+  Json compute;
+  try {
+    compute = profileCompute();
+  } catch (const c10::Error& e) {
+    // The model's own forward or backward failed on inputs of the spec's shapes (token ids
+    // below vocab_size, the declared input shape): a model that does not fit its spec, which
+    // a restart would meet again.
+    throw Error(std::string(protocol::kBadModel) + "stage " + std::to_string(context_.stage) +
+                " failed on the job's shapes while profiling: " + e.what_without_backtrace());
+  }
   if (gradients_.replicas()) compute["allreduce_s"] = timeAllReduce();
   compute["replicas"] = protocol::replicaCount(context_.spec);
   // The tied matrices this stage holds first: what their gradient frames carry down to the
