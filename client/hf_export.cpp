@@ -114,15 +114,8 @@ HfExport writeHfDirectory(const protocol::ModelSpec& model, const std::string& m
   }
   // The merged file came from this CLI's own merge of checked stage files; its header is
   // checked again all the same.
+  const auto header = compression::readSafetensorsHeader(merged);
   std::ifstream in(merged, std::ios::binary);
-  const uint64_t size = fs::file_size(merged, ec);
-  if (!in || ec) throw Error("cannot read \"" + merged + "\"");
-  std::string first8(8, '\0');
-  in.read(first8.data(), 8);
-  std::string prefix(compression::safetensorsPrefixLength(first8, size, merged), '\0');
-  in.seekg(0);
-  in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
-  const auto header = compression::parseSafetensorsHeader(prefix, size, merged);
 
   std::vector<Item> items;
   for (const auto& entry : header.tensors) {

@@ -11,17 +11,8 @@
 #include "scheduler/error.h"
 
 namespace skytrain::client {
-namespace {
 
 using nlohmann::json;
-
-uint64_t fileSizeOf(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw Error("cannot read \"" + path + "\"");
-  return static_cast<uint64_t>(in.tellg());
-}
-
-}  // namespace
 
 size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::string& out,
                         const std::map<std::string, std::string>& metadata) {
@@ -30,14 +21,7 @@ size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::strin
   json header = json::object();
   uint64_t offset = 0;
   for (const auto& path : inputs) {
-    const uint64_t size = fileSizeOf(path);
-    std::ifstream in(path, std::ios::binary);
-    std::string first8(8, '\0');
-    in.read(first8.data(), 8);
-    std::string prefix(compression::safetensorsPrefixLength(first8, size, path), '\0');
-    in.seekg(0);
-    in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
-    headers.push_back(compression::parseSafetensorsHeader(prefix, size, path));
+    headers.push_back(compression::readSafetensorsHeader(path));
     for (const auto& t : headers.back().tensors) {
       if (!names.insert(t.name).second) throw Error("tensor \"" + t.name + "\" is in two stages' weights");
       header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + (t.end - t.begin)}}};

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <tuple>
 
@@ -134,7 +136,23 @@ SafetensorsHeader parseSafetensorsHeader(const std::string& prefix, uint64_t fil
     expected = t.end;
   }
   if (expected != dataSize) bad(source, std::to_string(dataSize - expected) + " bytes after the last tensor");
+  out.fileBytes = fileSize;
   return out;
+}
+
+SafetensorsHeader readSafetensorsHeader(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::is_regular_file(status) || !in) throw Error("cannot read " + path + ": not a readable regular file");
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error("cannot read " + path + ": " + ec.message());
+  std::string first8(8, '\0');
+  in.read(first8.data(), 8);
+  std::string prefix(safetensorsPrefixLength(first8, size, path), '\0');
+  in.seekg(0);
+  if (!in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()))) throw Error("cannot read " + path);
+  return parseSafetensorsHeader(prefix, size, path);
 }
 
 }  // namespace skytrain::compression

@@ -26,6 +26,7 @@ struct SafetensorsEntry {
 
 struct SafetensorsHeader {
   uint64_t headerBytes = 0;                 // N: the data part starts at 8 + N
+  uint64_t fileBytes = 0;                   // 8 + N + the tensors' bytes
   std::vector<SafetensorsEntry> tensors;    // in data order
   std::map<std::string, std::string> metadata;
 };
@@ -40,5 +41,11 @@ uint64_t safetensorsPrefixLength(const std::string& first8, uint64_t fileSize, c
 // Parses the first 8 + N bytes of a file of fileSize bytes; `source` names it in errors.
 // Throws skytrain::WireError naming the source and the problem.
 SafetensorsHeader parseSafetensorsHeader(const std::string& prefix, uint64_t fileSize, const std::string& source);
+
+// Reads and checks the header of the safetensors file at `path`: its first 8 + N bytes,
+// never the tensors, so a crafted or sparse file is refused before anything reads it whole.
+// Throws skytrain::Error when the path is not a readable regular file, WireError when its
+// header fails the check above.
+SafetensorsHeader readSafetensorsHeader(const std::string& path);
 
 }  // namespace skytrain::compression

@@ -95,7 +95,7 @@ Daemon::Daemon(DaemonConfig config)
                                          config_.maxFrameMb * 1024 * 1024);
   dataEndpoint_ = config_.advertiseDataEndpoint.empty() ? advertisedEndpoint(router_->boundEndpoint(), config_.advertiseHost)
                                                         : config_.advertiseDataEndpoint;
-  jobs_ = std::make_unique<JobTable>(config_.stateDir);
+  jobs_ = std::make_unique<JobTable>(config_.stateDir, access_->self().publicKey);
   unfinished_ = jobs_->load();
   StageHostOptions hostOptions;
   hostOptions.stateDir = config_.stateDir;

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-pthread
-  libzmq3-dev cppzmq-dev
+  libzmq3-dev cppzmq-dev libsodium-dev
   nlohmann-json3-dev libcli11-dev catch2
   prometheus-cpp-dev prometheus  # /metrics, and a real Prometheus for its test
   libgloo-dev libsentencepiece-dev sentencepiece libspdlog-dev libsystemd-dev libxxhash-dev libzstd-dev

@@ -87,16 +87,7 @@ std::string HfCheckpoint::member(const std::string& name) const {
 
 void HfCheckpoint::addShard(const std::string& name) {
   const std::string path = member(name);
-  std::error_code ec;
-  const uint64_t size = fs::file_size(path, ec);
-  if (ec) throw Error("cannot read " + path + ": " + ec.message());
-  std::string first8(8, '\0');
-  if (size < 8) throw WireError(path + ": " + std::to_string(size) + " bytes is too short for a safetensors file");
-  readAt(path, 0, 8, first8.data());
-  const uint64_t prefixLength = compression::safetensorsPrefixLength(first8, size, path);
-  std::string prefix(prefixLength, '\0');
-  readAt(path, 0, prefixLength, prefix.data());
-  const auto header = compression::parseSafetensorsHeader(prefix, size, path);
+  const auto header = compression::readSafetensorsHeader(path);
   const size_t file = files_.size();
   files_.push_back(path);
   for (const auto& t : header.tensors) {

@@ -64,6 +64,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
   const int stages = static_cast<int>(spec_.stages.size());
   std::vector<std::string> data(slots());
   const std::string owner = table_.owner(jobId_).first;  // who may export the stages' weights
+  const std::string proof = table_.proof(jobId_);
   for (int i = 0; i < slots(); ++i) {
     const std::string where = protocol::describeSlot(spec_, i) + " (" + protocol::placementOf(spec_, i).daemon + "): ";
     try {
@@ -74,6 +75,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.spec = specText_;
       prepare.coordinator = options_.selfControl;
       prepare.owner = owner;
+      prepare.proof = proof;
       prepare.attempt = attempt;
       prepare.resumeStep = fromStep;
       const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);

@@ -50,6 +50,7 @@ JobRecord JobRecord::fromDocument(const Json& doc) {
   r.plans = doc.value("plans", std::vector<Json>{});
   r.dryRun = doc.value("dry_run", false);
   r.ownerKey = doc.value("owner_key", "");
+  r.proof = doc.value("proof", "");
   r.ownerName = doc.value("owner", "");
   r.stageKeys = doc.value("stage_keys", std::vector<std::string>(protocol::slotCount(r.spec)));
   r.attempt = doc.value("attempt", 0);
@@ -66,6 +67,7 @@ Json JobRecord::document() const {
   Json doc = header();
   doc["spec"] = specText;
   doc["owner_key"] = ownerKey;
+  doc["proof"] = proof;
   doc["events"] = events;
   doc["stage_keys"] = stageKeys;
   doc["evals"] = evals;

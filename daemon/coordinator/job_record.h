@@ -50,6 +50,7 @@ struct AttemptReports {
 
 struct JobRecord {
   std::string id;
+  std::string proof;  // that this daemon made the job (protocol/job_identity.h); "" in older records
   protocol::JobSpec spec;
   std::string specText;
   JobState state = JobState::Preparing;

@@ -7,22 +7,15 @@
 #include <random>
 
 #include "daemon/ops/timing.h"
+#include "daemon/protocol/job_identity.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
 namespace {
 
-std::string newJobId() {
-  std::random_device device;
-  const uint64_t id = (static_cast<uint64_t>(device()) << 32) ^ device();
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
-  return text;
-}
-
 }  // namespace
 
-JobTable::JobTable(std::string stateDir) : files_(std::move(stateDir)) {}
+JobTable::JobTable(std::string stateDir, std::string selfKey) : files_(std::move(stateDir)), selfKey_(std::move(selfKey)) {}
 
 std::vector<std::string> JobTable::load() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -60,9 +53,12 @@ std::string JobTable::create(const protocol::JobSpec& spec, const std::string& s
   r.ownerKey = std::move(owner.first);
   r.ownerName = std::move(owner.second);
   r.stageKeys = std::move(stageKeys);
+  protocol::JobIdentity identity;
   do {
-    r.id = newJobId();
-  } while (records_.count(r.id));
+    identity = protocol::newJobIdentity(selfKey_);
+  } while (records_.count(identity.id));
+  r.id = identity.id;
+  r.proof = identity.proof;
   r.spec = spec;
   r.specText = specText;
   r.createdAt = wallSeconds();
@@ -128,6 +124,11 @@ std::pair<std::string, std::string> JobTable::owner(const std::string& id) const
   std::lock_guard<std::mutex> lock(mutex_);
   const JobRecord& r = find(id);
   return {r.ownerKey, r.ownerName};
+}
+
+std::string JobTable::proof(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return find(id).proof;
 }
 
 std::string JobTable::stageKey(const std::string& id, int stage, int replica) const {

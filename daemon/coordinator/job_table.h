@@ -37,7 +37,9 @@ struct JobProgress {
 
 class JobTable {
  public:
-  explicit JobTable(std::string stateDir);
+  // selfKey: this daemon's public key ("" when insecure), which new jobs' ids are made from
+  // (protocol/job_identity.h).
+  JobTable(std::string stateDir, std::string selfKey);
 
   // Loads the records under state_dir; unreadable records are skipped (logged). Returns
   // the jobs that were not finished when the daemon stopped: their coordinators resume them.
@@ -59,6 +61,8 @@ class JobTable {
   JobProgress progress(const std::string& id) const;
   // The job's owner (key, name) and a stage daemon's key; throw skytrain::Error if unknown.
   std::pair<std::string, std::string> owner(const std::string& id) const;
+  // The proof that this daemon made the job, sent with each stage.prepare ("" in older records).
+  std::string proof(const std::string& id) const;
   // The key of the daemon hosting a copy of a stage (replica 0: the stage's own daemon).
   std::string stageKey(const std::string& id, int stage, int replica = 0) const;
 
@@ -102,6 +106,7 @@ class JobTable {
   void changed(JobRecord& r);
 
   RecordFiles files_;
+  std::string selfKey_;
   ReportAggregator reports_{files_};
   mutable std::mutex mutex_;
   std::condition_variable changed_;

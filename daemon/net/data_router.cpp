@@ -39,9 +39,14 @@ void DataRouter::stop() {
 
 std::shared_ptr<Mailbox> DataRouter::open(uint64_t job, uint16_t stage) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& route = routes_[{job, stage}];
-  if (!route.mailbox) route.mailbox = std::make_shared<Mailbox>();
-  return route.mailbox;
+  auto [it, added] = routes_.try_emplace({job, stage});
+  if (!added) {
+    // Two stage instances with one frame key (a hash of job, attempt and replica): the
+    // second would share the first's frames and could close its route.
+    throw Refusal("the frame key of stage " + std::to_string(stage) + " collides with a stage already hosted here");
+  }
+  it->second.mailbox = std::make_shared<Mailbox>();
+  return it->second.mailbox;
 }
 
 void DataRouter::authorize(uint64_t job, uint16_t stage, std::vector<std::string> previousKeys, const std::string& nextKey) {
@@ -53,9 +58,10 @@ void DataRouter::authorize(uint64_t job, uint16_t stage, std::vector<std::string
   it->second.nextKey = nextKey;
 }
 
-void DataRouter::close(uint64_t job, uint16_t stage) {
+void DataRouter::close(uint64_t job, uint16_t stage, const Mailbox* mailbox) {
   std::lock_guard<std::mutex> lock(mutex_);
-  routes_.erase({job, stage});
+  const auto it = routes_.find({job, stage});
+  if (it != routes_.end() && it->second.mailbox.get() == mailbox) routes_.erase(it);
 }
 
 void DataRouter::drop(const std::string& why) {

@@ -33,12 +33,14 @@ class DataRouter {
   std::string boundEndpoint() const { return boundEndpoint_; }
 
   // Called by the control thread when a stage is prepared / started / finished. Frames for
-  // a stage are dropped until authorize() names the keys of its neighbours' daemons.
+  // a stage are dropped until authorize() names the keys of its neighbours' daemons. open()
+  // throws Refusal when (job, stage) is already open: one route, one stage instance.
   std::shared_ptr<Mailbox> open(uint64_t job, uint16_t stage);
   // A fan-in's consumer has several previous daemons: a frame from producer p carries p in
   // the high 16 bits of its micro-batch index, and must come from previousKeys[p].
   void authorize(uint64_t job, uint16_t stage, std::vector<std::string> previousKeys, const std::string& nextKey);
-  void close(uint64_t job, uint16_t stage);
+  // Closes the route only while it is still the one that handed out `mailbox`.
+  void close(uint64_t job, uint16_t stage, const Mailbox* mailbox);
 
   uint64_t framesDropped() const { return dropped_.load(); }
 

@@ -5,6 +5,7 @@
 
 #include "daemon/protocol/base64.h"
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/job_identity.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
@@ -194,6 +195,11 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     if (m.coordinator.empty()) throw SpecError(r.pathOf("coordinator"), "must not be empty");
     m.owner = boundedString(r, "owner", std::string(), 64);
     if (!m.owner.empty() && !isZ85Key(m.owner)) throw SpecError(r.pathOf("owner"), "is not a Z85 public key");
+    m.proof = boundedString(r, "proof", std::string(), kJobProofHexDigits);
+    if (!m.proof.empty() && (m.proof.size() != kJobProofHexDigits ||
+                             m.proof.find_first_not_of("0123456789abcdef") != std::string::npos)) {
+      throw SpecError(r.pathOf("proof"), "is not " + std::to_string(kJobProofHexDigits) + " lowercase hex digits");
+    }
     m.attempt = static_cast<int>(r.integer("attempt", 0, 0, 1 << 20));
     m.resumeStep = r.integer("resume_step", -1, -1, kBig);
     return m;
@@ -255,7 +261,7 @@ struct ToJson {
   json operator()(const Resume& m) const { return {{"type", "resume"}, {"job", m.job}}; }
   json operator()(const StageHeartbeat& m) const { return ref("stage.heartbeat", m, json::object()); }
   json operator()(const StagePrepare& m) const {
-    return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"owner", m.owner}, {"attempt", m.attempt},
+    return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"owner", m.owner}, {"proof", m.proof}, {"attempt", m.attempt},
                                     {"resume_step", m.resumeStep}});
   }
   json operator()(const StageStart& m) const {

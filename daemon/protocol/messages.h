@@ -51,6 +51,7 @@ struct StagePrepare : StageRef {
   std::string spec;
   std::string coordinator;  // its control endpoint, which receives the stage's reports
   std::string owner;        // the public key of the job's owner, who may export its weights ("" when insecure)
+  std::string proof;        // that the sender made the job (job_identity.h); "" for a job made before proofs
   int attempt = 0;          // bumped at each restart; frames of older attempts are dropped
   int64_t resumeStep = -1;  // restore the checkpoint taken after this step (-1: from scratch)
 };

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "compression/safetensors_header.h"
 #include "daemon/ops/memory_limit.h"
+#include "daemon/protocol/failures.h"
 #include "daemon/stage/model_setup.h"
 #include "daemon/stage/pipeline_runner.h"
 #include "scheduler/error.h"
@@ -151,18 +153,18 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
   }
 }
 
-MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
+MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, double budgetBytes) {
   const auto source = stages::makeModelSource(modelConfig(spec));
   MemoryEstimate m;
   m.runtimeBytes = kRuntimeBytes;
-  m.weightBytes = source->weightBytes(stage);
+  try {
+    m.weightBytes = source->weightBytes(stage);
+  } catch (const Error& e) {  // a module that is not what it claims: it would fail again
+    throw Error(std::string(protocol::kBadModel) + e.what());
+  }
   // The gradient, and AdamW's exp_avg and exp_avg_sq: under ZeRO-1 of a 1/R shard only.
   const int copies = protocol::replicaCount(spec);
   m.optimizerBytes = m.weightBytes + 2 * m.weightBytes / (spec.optimizer.zero > 0 ? copies : 1);
-  // The whole batch (a copy's share): the profile's first pass runs it at once, and GPipe
-  // keeps every micro-batch in flight.
-  m.stashSamples = spec.batchSize / copies;
-  m.stashBytes = source->stashBytesPerSample(stage) * m.stashSamples;
   // What a step allocates and frees again, at its peak: AdamW's two temporaries of the
   // largest parameter; a tied matrix's gradient frames (sent, received, decoded); under
   // bf16 each in-flight micro-batch's casts of the weights (half their bytes), kept for its
@@ -190,8 +192,8 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
         m.dataBytes += m.weightBytes;  // the stage's own tensors, held until copied in
         continue;
       }
-      const auto size = std::filesystem::file_size(file, ec);
-      if (!ec) m.dataBytes += static_cast<double>(size);  // read whole, once
+      // Read whole, once, after its header is checked here: what the header says is read.
+      m.dataBytes += static_cast<double>(compression::readSafetensorsHeader(file).fileBytes);
     }
   }
   if (readsData(spec, stage) && spec.data.format == "tokens") {
@@ -205,6 +207,11 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage) {
       if (!ec) m.dataBytes += 9.0 * static_cast<double>(size);
     }
   }
+  // The whole batch (a copy's share): the profile's first pass runs it at once, and GPipe
+  // keeps every micro-batch in flight. Last, and only within the budget: a TorchScript
+  // stage's stash is measured by running its module.
+  m.stashSamples = spec.batchSize / copies;
+  if (m.fixedBytes() <= budgetBytes) m.stashBytes = source->stashBytesPerSample(stage) * m.stashSamples;
   return m;
 }
 

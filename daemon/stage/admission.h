@@ -2,6 +2,7 @@
 // daemon's data roots and be regular files, and its estimated memory must fit the budget.
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,13 @@ struct MemoryEstimate {
 // does not exist, is not under a root, or is not a regular file.
 void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std::string>& roots);
 
-// The stage's memory need, from the model's shapes and the data files' sizes.
-MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage);
+// The stage's memory need, from the model's shapes (a TorchScript module's from its ZIP
+// directory), init_from files' headers and the data files' sizes. The activation stash,
+// which a TorchScript stage measures by running its module, is left 0 when the rest
+// already exceeds budgetBytes. Throws skytrain::Error naming a file that is not what it
+// claims (no ZIP directory, a bad safetensors header).
+MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage,
+                                   double budgetBytes = std::numeric_limits<double>::infinity());
 
 // "768.0 MB (cgroup v1 memory.limit_in_bytes of ...)": a budget and where it came from.
 std::string describeBudget(double budgetBytes, const std::string& budgetSource);

@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
+#include "compression/safetensors_header.h"
 #include "daemon/ops/files.h"
 #include "daemon/protocol/hf_layout.h"
 #include "scheduler/error.h"
@@ -63,8 +66,10 @@ nlohmann::json loadInitialWeights(stages::Stage& stage, const protocol::JobSpec&
       report.push_back(loadHfDirectory(stage, spec.model, entry));
       continue;
     }
-    const auto result =
-        stages::initialiseFrom(stage, stages::decodeSafetensors(readFile(entry, kMaxInitBytes), entry), entry, namePrefix);
+    // What the header says, no more (admission counted that): a file grown since is refused.
+    const uint64_t bytes = compression::readSafetensorsHeader(entry).fileBytes;
+    const auto result = stages::initialiseFrom(
+        stage, stages::decodeSafetensors(readFile(entry, std::min<uint64_t>(bytes, kMaxInitBytes)), entry), entry, namePrefix);
     report.push_back({{"file", entry}, {"loaded", result.loaded}, {"from_seed", result.fromSeed.size()}});
   }
   return report;

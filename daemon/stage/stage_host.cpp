@@ -1,9 +1,15 @@
 #include "daemon/stage/stage_host.h"
 
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include <algorithm>
 
 #include "compression/codec_registry.h"
+#include "compression/tensor_frame.h"
 #include "daemon/ops/files.h"
+#include "daemon/ops/memory_limit.h"
+#include "daemon/protocol/job_identity.h"
 #include "daemon/stage/admission.h"
 #include "daemon/stage/model_setup.h"
 #include "daemon/stage/weight_export.h"
@@ -15,8 +21,12 @@ uint64_t jobKey(const std::string& jobId, int attempt, int replica) {
   if (jobId.size() != 16 || jobId.find_first_not_of("0123456789abcdef") != std::string::npos) {
     throw Error("job id \"" + jobId + "\" is not 16 lowercase hex digits");
   }
-  return std::stoull(jobId, nullptr, 16) ^ (static_cast<uint64_t>(attempt) * 0x9e3779b97f4a7c15ULL) ^
-         (static_cast<uint64_t>(replica) * 0xc2b2ae3d27d4eb4fULL);
+  // A hash of the whole instance, not a mix of its parts: the parts' old XOR let another job
+  // id at another attempt land on this one's key. The router refuses a key already open
+  // (DataRouter::open), so a collision is refused, never shared.
+  const std::string instance = jobId + "/" + std::to_string(attempt) + "/" + std::to_string(replica);
+  const uint64_t key = XXH3_64bits(instance.data(), instance.size());
+  return key == compression::kLinkProbeJob ? key + 1 : key;
 }
 
 namespace {
@@ -45,7 +55,38 @@ StageWorker& StageHost::find(const protocol::StageRef& ref, const std::string& c
   return *it->second;
 }
 
+std::pair<double, int> StageHost::hosted(const std::string& exceptJob) const {
+  double bytes = 0;
+  int count = 0;
+  const auto add = [&](const std::unique_ptr<StageWorker>& w) {
+    if (w->finished() || w->assignment().jobId == exceptJob) return;
+    bytes += w->assignment().admittedBytes;
+    ++count;
+  };
+  for (const auto& w : retired_) add(w);
+  for (const auto& entry : workers_) add(entry.second);
+  return {bytes, count};
+}
+
+void StageHost::checkCoordinator(const protocol::StageRef& ref, const std::string& caller) const {
+  const auto other = [&](const std::unique_ptr<StageWorker>& w) {
+    return w->assignment().jobId == ref.job && w->assignment().coordinatorKey != caller;
+  };
+  bool taken = std::any_of(retired_.begin(), retired_.end(), other);
+  for (const auto& entry : workers_) taken = taken || other(entry.second);
+  if (taken) throw Refusal(describe(ref) + ": job " + ref.job + " is hosted here for another coordinator");
+}
+
 protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const std::string& caller) {
+  // The job is the caller's: its id made from the caller's key, or (a job made before
+  // proofs) claimed here by the caller already. Its owner is what the first prepare said.
+  jobKey(request.job);  // 16 hex digits, or it throws: the id becomes a path
+  const bool proven = !request.proof.empty();
+  if (proven && protocol::jobIdFor(caller, request.proof) != request.job) {
+    throw Refusal(describe(request) + ": the job's id was not made by the daemon preparing it");
+  }
+  checkCoordinator(request, caller);
+  claimJob(options_.stateDir + "/jobs/" + request.job, request.job, caller, request.owner, /*mayCreate=*/proven);
   StageAssignment a;
   a.jobId = request.job;
   a.attempt = request.attempt;
@@ -82,9 +123,19 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   // Bounded input: data under the data roots, memory within the budget, before anything
   // is allocated.
   resolveDataFiles(a.spec, a.stage, options_.dataRoots);
-  const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage);
-  checkMemory(memory, a.stage, options_.memoryBudgetBytes, options_.memoryBudgetSource);
-  a.memoryBudgetBytes = options_.memoryBudgetBytes - memory.fixedBytes();
+  // One budget for the daemon: what the stages already here were admitted with comes off
+  // it (the runtime once), so N jobs cannot take N budgets. A restarted attempt's
+  // predecessor, being torn down, is not counted.
+  const auto [hostedBytes, hostedStages] = hosted(a.jobId);
+  const double budget = options_.memoryBudgetBytes - hostedBytes;
+  const std::string source = options_.memoryBudgetSource +
+                             (hostedStages > 0 ? ", less " + megabytes(hostedBytes) + " admitted for the " +
+                                                     std::to_string(hostedStages) + " other stage(s) hosted here"
+                                               : "");
+  const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage, budget);
+  checkMemory(memory, a.stage, budget, source);
+  a.memoryBudgetBytes = budget - memory.fixedBytes();
+  a.admittedBytes = memory.totalBytes() - memory.runtimeBytes;
   // Copies after the first keep their checkpoints and final weights apart (two may share a
   // daemon); the job's export reads replica 0's.
   a.jobDir = options_.stateDir + "/jobs/" + a.jobId + (a.replica > 0 ? "/replica-" + std::to_string(a.replica) : "");
@@ -171,7 +222,7 @@ void StageHost::reap() {
       ++it;
       continue;
     }
-    router_.close((*it)->assignment().jobKey, static_cast<uint16_t>((*it)->assignment().stage));
+    router_.close((*it)->assignment().jobKey, static_cast<uint16_t>((*it)->assignment().stage), (*it)->mailbox());
     it = retired_.erase(it);
   }
   for (auto it = workers_.begin(); it != workers_.end();) {
@@ -189,7 +240,7 @@ void StageHost::reap() {
       continue;
     }
     const auto& a = it->second->assignment();
-    router_.close(a.jobKey, static_cast<uint16_t>(a.stage));
+    router_.close(a.jobKey, static_cast<uint16_t>(a.stage), it->second->mailbox());
     it = workers_.erase(it);  // joins the finished thread
   }
 }

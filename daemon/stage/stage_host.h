@@ -21,7 +21,7 @@ namespace skytrain::daemon {
 struct StageHostOptions {
   std::string stateDir;
   std::string dataEndpoint;         // as peers reach it
-  double memoryBudgetBytes = 0;     // per stage: weights, optimizer state, stash, data
+  double memoryBudgetBytes = 0;     // for every stage hosted here: weights, optimizer state, stash, data
   std::string memoryBudgetSource = "memory_budget_mb";  // where it came from, for refusals
   std::vector<std::string> dataRoots;
   double prepareTimeoutS = 60;      // a prepared stage not started by then is freed
@@ -49,6 +49,11 @@ class StageHost {
   size_t active() const { return workers_.size(); }
 
  private:
+  // The memory admitted for the unfinished stages hosted here of jobs other than exceptJob,
+  // and how many they are.
+  std::pair<double, int> hosted(const std::string& exceptJob) const;
+  // Throws Refusal when this daemon hosts any stage of ref's job for a key other than caller.
+  void checkCoordinator(const protocol::StageRef& ref, const std::string& caller) const;
   // The worker of (job, stage, replica) if `caller` coordinates it; throws otherwise.
   StageWorker& find(const protocol::StageRef& ref, const std::string& caller);
 
@@ -59,10 +64,11 @@ class StageHost {
   std::vector<std::unique_ptr<StageWorker>> retired_;  // earlier attempts, aborted, not yet joined
 };
 
-// A job id ("0123456789abcdef") as the 64-bit key in the frames of an attempt (attempts
-// after the first mix their number in, so frames of an aborted attempt are dropped; so do
-// replicas after the first, so each copy's pipeline has its own frames); throws
-// skytrain::Error if it is not 16 hex digits.
+// The 64-bit key in the frames of one instance of a job's stage: a hash of the job id
+// ("0123456789abcdef"), the attempt (frames of an aborted attempt are dropped) and the
+// replica (each copy's pipeline has its own frames). The stage is the frame's own field. A
+// collision is refused where routes open (DataRouter::open). Throws skytrain::Error if the
+// id is not 16 hex digits.
 uint64_t jobKey(const std::string& jobId, int attempt = 0, int replica = 0);
 
 }  // namespace skytrain::daemon

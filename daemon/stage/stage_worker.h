@@ -38,6 +38,7 @@ struct StageAssignment {
   double prepareTimeoutS = 60;  // freed when not started by then
   std::string jobDir;       // where this stage writes its weights
   double memoryBudgetBytes = 0;  // for the activation stash, reported to the planner
+  double admittedBytes = 0;      // admission's estimate less the daemon's runtime, which stages share
 };
 
 class StageWorker {
@@ -60,6 +61,7 @@ class StageWorker {
   // Profiles again at the boundary before step `atStep`. False if that step has begun.
   bool requestProfile(int atStep);
   const StageAssignment& assignment() const { return assignment_; }
+  const Mailbox* mailbox() const { return mailbox_.get(); }
 
  private:
   void run();

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string_view>
 
@@ -50,7 +51,48 @@ std::string checkpointExport(const std::string& jobDir, const std::string& job, 
   return path;
 }
 
+// Refuses a prepare whose coordinator or owner differs from the record at `path`.
+void checkClaim(const std::string& path, const std::string& job, const std::string& coordinatorKey,
+                const std::string& ownerKey) {
+  protocol::Json record;
+  try {
+    record = protocol::Json::parse(readFile(path, 4096), nullptr, false);
+  } catch (const Error&) {
+    record = nullptr;  // unreadable or over 4 KiB: not a record that can be honoured
+  }
+  if (!record.is_object()) throw Refusal("job " + job + ": its ownership record " + path + " is unreadable; refusing it");
+  if (record.value("coordinator", std::string()) != coordinatorKey) {
+    throw Refusal("job " + job + " was prepared here by another coordinator; only that daemon may prepare it");
+  }
+  if (record.value("owner", std::string()) != ownerKey) {
+    throw Refusal("job " + job + " belongs to another owner here; a prepare cannot change who owns a job");
+  }
+}
+
 }  // namespace
+
+void claimJob(const std::string& jobRoot, const std::string& job, const std::string& coordinatorKey,
+              const std::string& ownerKey, bool mayCreate) {
+  const std::string path = jobRoot + "/owner.json";
+  if (!fileSize(path)) {
+    // A job prepared before owner.json existed: its stage records, if any, speak for it.
+    bool known = false;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(jobRoot, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("stage-", 0) != 0 || name.size() < 11 || name.substr(name.size() - 11) != ".owner.json") continue;
+      checkClaim(entry.path().string(), job, coordinatorKey, ownerKey);
+      known = true;
+    }
+    if (!known && !mayCreate) {
+      throw Refusal("job " + job + ": a prepare without a proof that the sender made the job, of a job not known here");
+    }
+    makeDirectories(jobRoot);
+    writeFileAtomic(path, protocol::Json({{"coordinator", coordinatorKey}, {"owner", ownerKey}}).dump());
+    return;
+  }
+  checkClaim(path, job, coordinatorKey, ownerKey);
+}
 
 void recordStageOwner(const std::string& jobDir, int stage, const std::string& coordinatorKey,
                       const std::string& ownerKey) {

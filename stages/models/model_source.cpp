@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "compression/zip_directory.h"
 #include "scheduler/error.h"
 #include "stages/allocation_meter.h"
 #include "stages/models/electra.h"
@@ -226,10 +227,17 @@ class TorchScriptSource : public ModelSource {
     return shape;
   }
   double weightBytes(int stage) const override {
-    // A TorchScript archive stores its tensors uncompressed: its size bounds the weights.
+    // What loading the archive allocates: its members at their inflated sizes, from its ZIP
+    // directory (a module's file size would count a zip bomb at 3 MB, not its 3 GiB).
+    // Throws WireError for a file that is not a ZIP archive, before anything loads it.
+    const std::string& file = c_.stages.at(stage).module;
     std::error_code ec;
-    const auto size = std::filesystem::file_size(c_.stages.at(stage).module, ec);
-    return ec ? 0.0 : static_cast<double>(size);
+    if (!std::filesystem::exists(file, ec)) return 0.0;  // build() names the missing file
+    try {
+      return static_cast<double>(compression::readZipDirectory(file).uncompressedBytes);
+    } catch (const Error& e) {
+      throw Error(file + " (stage " + std::to_string(stage) + "): not a loadable TorchScript module: " + e.what());
+    }
   }
   // Measured, not modelled (a module is code): what a training forward of a few zero samples
   // leaves allocated for the backward, per sample (AllocationMeter). The first forward runs

@@ -10,6 +10,7 @@
 
 #include "compression/tensor_frame.h"
 #include "daemon/daemon.h"
+#include "daemon/stage/stage_host.h"
 #include "daemon_fixture.h"
 
 using namespace skytrain;
@@ -34,7 +35,7 @@ TEST_CASE("a third, authorized daemon's frames and reports are dropped; the job 
 
   protocol::ControlClient user(context, a.control(), keys.as("user", a.publicKey()));
   const std::string job = user.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(5))["job"];
-  const uint64_t jobKey = std::stoull(job, nullptr, 16);
+  const uint64_t jobKey = daemon::jobKey(job);
   const std::string dataA = ping(context, a, keys.as("user", a.publicKey()))["data"];
   const std::string dataB = ping(context, b, keys.as("user", b.publicKey()))["data"];
   std::atomic<bool> done{false};
@@ -94,7 +95,7 @@ TEST_CASE("a fan-in's producer cannot pass its frames off as another producer's;
 
   protocol::ControlClient user(context, disc.control(), keys.as("user", disc.publicKey()));
   const std::string job = user.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(5))["job"];
-  const uint64_t jobKey = std::stoull(job, nullptr, 16);
+  const uint64_t jobKey = daemon::jobKey(job);
   const std::string data = ping(context, disc, keys.as("user", disc.publicKey()))["data"];
   std::atomic<bool> done{false};
   std::thread impostor([&] {  // generator 2's daemon, with its own key, claiming generator 1's micro-batches
@@ -134,7 +135,7 @@ TEST_CASE("a neighbour's crafted gradient norm in a delayed job ends the attempt
   spec["failure"] = {{"max_restarts", 0}};
   protocol::ControlClient user(context, a.control(), keys.as("user", a.publicKey()));
   const std::string job = user.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(5))["job"];
-  const uint64_t jobKey = std::stoull(job, nullptr, 16);
+  const uint64_t jobKey = daemon::jobKey(job);
   int64_t done = 0;
   for (auto deadline = std::chrono::steady_clock::now() + seconds(60);
        done < 5 && std::chrono::steady_clock::now() < deadline;) {
@@ -179,7 +180,7 @@ TEST_CASE("a neighbour's crafted \"+pred\" gradients end the attempt; the daemon
   const std::string dataA = ping(context, a, keys.as("user", a.publicKey()))["data"];
   protocol::ControlClient user(context, a.control(), keys.as("user", a.publicKey()));
   const std::string job = user.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(5))["job"];
-  const uint64_t jobKey = std::stoull(job, nullptr, 16);
+  const uint64_t jobKey = daemon::jobKey(job);
   // Stage 1's own key sends stage 0 gradients "encoded" with q13+pred, which a backward stream
   // cannot be (stage 0 has no prediction to add back). Sent from before the job starts, over
   // and over: whichever frame stage 0 is waiting for when the first arrives (a link probe's

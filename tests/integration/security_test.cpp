@@ -14,6 +14,7 @@
 #include "compression/codec_registry.h"
 #include "compression/tensor_frame.h"
 #include "daemon/daemon.h"
+#include "daemon/protocol/job_identity.h"
 #include "daemon_fixture.h"
 #include "scheduler/error.h"
 #include "stages/safetensors.h"
@@ -317,8 +318,9 @@ TEST_CASE("regressions: requests that used to end or exhaust a daemon are refuse
   SECTION("a prepared stage that is never started is freed") {
     protocol::ControlClient coord(context, b.control(), keys.as("coord", b.publicKey()));
     Json s = spec();
-    coord.request({{"type", "stage.prepare"}, {"job", "00000000000000ab"}, {"stage", 1}, {"spec", s.dump()},
-                   {"coordinator", a.control()}},
+    const auto identity = protocol::newJobIdentity(keys.get("coord").publicKey);
+    coord.request({{"type", "stage.prepare"}, {"job", identity.id}, {"proof", identity.proof}, {"stage", 1},
+                   {"spec", s.dump()}, {"coordinator", a.control()}},
                   seconds(5));
     CHECK(ping(context, b, keys.as("root", b.publicKey()))["hosted_stages"] == 1);
     std::this_thread::sleep_for(milliseconds(4000));
