@@ -156,7 +156,7 @@ std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
     } catch (const Refusal& e) {
       ++(std::holds_alternative<protocol::StageReport>(envelope.request) ? counters_.reportsRefused
                                                                           : counters_.requestsRefused);
-      spdlog::warn("security: refused {} {}: {}", caller->describe(), protocol::typeName(envelope.request), e.what());
+      refusals_.warn(caller->describe() + " " + protocol::typeName(envelope.request) + ": " + e.what());
       throw Error(std::string("refused: ") + e.what());
     }
   } catch (const SpecError& e) {
@@ -165,7 +165,7 @@ std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
     reply = protocol::errorReply(e.what());
   }
   if (oneWay) {  // one-way: never answered, not even with an error
-    if (reply.is_object() && reply.contains("error")) spdlog::warn("control: refused a stage report: {}", protocol::toText(reply["error"]));
+    if (reply.is_object() && reply.contains("error")) reportRefusals_.warn(protocol::toText(reply["error"]));
     return std::nullopt;
   }
   if (id) reply["id"] = *id;
@@ -188,8 +188,11 @@ void Daemon::run() {
           control_.send(zmq::buffer(*reply), zmq::send_flags::dontwait);
         }
       } else if (!parts.empty()) {
-        spdlog::warn("control: dropped a message of {} parts", parts.size());
+        reportRefusals_.warn("a message of " + std::to_string(parts.size()) + " parts, dropped");
       }
+    } else {
+      refusals_.flush();
+      reportRefusals_.flush();
     }
     if (reloadRequested_.exchange(false)) {
       access_->reload();

@@ -13,6 +13,7 @@
 
 #include "daemon/net/access.h"
 #include "daemon/ops/config.h"
+#include "daemon/ops/log_limiter.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/messages.h"
@@ -79,6 +80,8 @@ class Daemon {
   DaemonConfig config_;
   zmq::context_t context_;
   SecurityCounters counters_;
+  LogLimiter refusals_{"security: refused"};             // refused requests: a flood logs a summary
+  LogLimiter reportRefusals_{"control: refused a stage report:"};
   std::unique_ptr<AccessList> access_;
   std::unique_ptr<ZapHandler> zap_;  // bound before any server socket
   zmq::socket_t control_;  // ROUTER; owned by the control thread (run)

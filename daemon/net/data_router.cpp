@@ -66,17 +66,19 @@ void DataRouter::close(uint64_t job, uint16_t stage, const Mailbox* mailbox) {
 
 void DataRouter::drop(const std::string& why) {
   ++dropped_;
-  spdlog::warn("data: dropped {}", why);
+  dropLog_.warn(why);
 }
 
 void DataRouter::run() {
   while (!stopping_) {
-    if (!protocol::waitReadable(socket_, std::chrono::milliseconds(100))) continue;
+    if (!protocol::waitReadable(socket_, std::chrono::milliseconds(100))) {
+      dropLog_.flush();
+      continue;
+    }
     std::vector<zmq::message_t> parts;
     if (!zmq::recv_multipart(socket_, std::back_inserter(parts), zmq::recv_flags::dontwait)) continue;
     if (parts.size() != 3) {  // routing id, header, payload
-      ++dropped_;
-      spdlog::warn("data: dropped a message of {} parts (expected a header and a payload)", parts.size() - 1);
+      drop("a message of " + std::to_string(parts.size() - 1) + " parts (expected a header and a payload)");
       continue;
     }
     route(parts[0], parts[1], parts[2]);

@@ -17,6 +17,7 @@
 
 #include "daemon/net/access.h"
 #include "daemon/net/mailbox.h"
+#include "daemon/ops/log_limiter.h"
 
 namespace skytrain::daemon {
 
@@ -63,6 +64,7 @@ class DataRouter {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> dropped_{0};
+  LogLimiter dropLog_{"data: dropped"};  // a flood of bad frames logs a summary, not a line each
   const AccessList& access_;
   SecurityCounters& counters_;
   std::mutex mutex_;  // guards routes_

@@ -4,6 +4,7 @@
 #include <zmq_addon.hpp>
 
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/printable.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -55,7 +56,8 @@ std::vector<std::string> ZapHandler::answer(const std::vector<zmq::message_t>& r
   const std::string address = request[3].to_string();
   if (mechanism != "CURVE" || request.size() != 7) {
     ++counters_.handshakesRefused;
-    spdlog::warn("security: refused a {} connection from {} (CURVE required)", mechanism.substr(0, 16), address);
+    refusals_.warn("a " + protocol::printable(mechanism, 16) + " connection from " + protocol::printable(address, 64) +
+                   " (CURVE required)");
     return {"400", "CURVE required", ""};
   }
   const std::string key = z85(request[6]);
@@ -64,13 +66,16 @@ std::vector<std::string> ZapHandler::answer(const std::vector<zmq::message_t>& r
     return {"200", "OK", key};
   }
   ++counters_.handshakesRefused;
-  spdlog::warn("security: refused key {} from {} (not in the authorized keys)", key, address);
+  refusals_.warn("key " + key + " from " + protocol::printable(address, 64) + " (not in the authorized keys)");
   return {"400", "key not authorized", ""};
 }
 
 void ZapHandler::run() {
   while (!stopping_) {
-    if (!protocol::waitReadable(socket_, std::chrono::milliseconds(100))) continue;
+    if (!protocol::waitReadable(socket_, std::chrono::milliseconds(100))) {
+      refusals_.flush();
+      continue;
+    }
     std::vector<zmq::message_t> request;
     try {
       if (!zmq::recv_multipart(socket_, std::back_inserter(request), zmq::recv_flags::dontwait)) continue;

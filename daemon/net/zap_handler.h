@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon/net/access.h"
+#include "daemon/ops/log_limiter.h"
 
 namespace skytrain::daemon {
 
@@ -27,6 +28,7 @@ class ZapHandler {
 
   const AccessList& access_;
   SecurityCounters& counters_;
+  LogLimiter refusals_{"security: refused"};  // a handshake flood logs a summary, not a line each
   zmq::socket_t socket_;  // REP on inproc://zeromq.zap.01; owned by thread_ once started
   std::atomic<bool> stopping_{false};
   std::thread thread_;

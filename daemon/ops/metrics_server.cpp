@@ -69,32 +69,6 @@ sockaddr_in parseAddress(const std::string& address) {
   return a;
 }
 
-// The first line of an HTTP request, read with a deadline and a size bound; empty if the
-// peer sends nothing usable.
-std::string requestLine(int fd) {
-  std::string head;
-  char buffer[1024];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (head.find("\r\n\r\n") == std::string::npos && head.size() < kMaxRequestBytes) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
-    if (n <= 0) break;
-    head.append(buffer, static_cast<size_t>(n));
-  }
-  return head.substr(0, head.find("\r\n"));
-}
-
-void sendAll(int fd, const std::string& bytes) {
-  size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    sent += static_cast<size_t>(n);
-  }
-}
-
 std::string response(const std::string& status, const std::string& type, const std::string& body) {
   return "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\nConnection: close\r\n\r\n" + body;
@@ -102,41 +76,106 @@ std::string response(const std::string& status, const std::string& type, const s
 
 }  // namespace
 
-// One thread answers one scrape at a time: Prometheus scrapes every few seconds, and a
-// request is bounded in size and time.
+// A scrape in progress: its request head as read so far, then its response as sent so far.
+struct Connection {
+  int fd = -1;
+  std::chrono::steady_clock::time_point deadline;
+  std::string head;     // the request, until its blank line
+  std::string out;      // the response, once the head is complete
+  size_t sent = 0;
+  bool answered = false;
+};
+
+// One thread serves every connection at once over poll(): an idle or slow connection holds
+// only its own slot until its deadline, never the next scrape. At most kMaxConnections are
+// open; a new one past that replaces the oldest.
 struct MetricsServer::Impl {
+  static constexpr size_t kMaxConnections = 64;
+  static constexpr std::chrono::seconds kDeadline{5};  // to send the request and read the answer
+
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
   int listener = -1;
   int wake[2] = {-1, -1};  // a pipe: written to stop the thread
   int port = 0;
   std::thread thread;
+  std::vector<Connection> open;
 
   void serve() {
     for (;;) {
-      pollfd fds[2] = {{listener, POLLIN, 0}, {wake[0], POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
-      if (fds[1].revents) return;
-      if (!(fds[0].revents & POLLIN)) continue;
-      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      try {
-        answer(fd);
-      } catch (const std::exception& e) {
-        spdlog::warn("metrics: {}", e.what());
+      std::vector<pollfd> fds{{listener, POLLIN, 0}, {wake[0], POLLIN, 0}};
+      auto next = std::chrono::steady_clock::now() + std::chrono::hours(1);
+      for (const auto& c : open) {
+        fds.push_back({c.fd, static_cast<short>(c.answered ? POLLOUT : POLLIN), 0});
+        next = std::min(next, c.deadline);
       }
-      ::close(fd);
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
+      if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait.count()) + 1)) < 0 && errno != EINTR) return;
+      if (fds[1].revents) break;
+      for (size_t i = 0; i < open.size(); ++i) {
+        if (fds[2 + i].revents) step(open[i]);
+      }
+      const auto now = std::chrono::steady_clock::now();
+      for (auto it = open.begin(); it != open.end();) {
+        if (it->fd >= 0 && now < it->deadline) {
+          ++it;
+          continue;
+        }
+        if (it->fd >= 0) ::close(it->fd);
+        it = open.erase(it);
+      }
+      if (fds[0].revents & POLLIN) accept();
     }
+    for (const auto& c : open) ::close(c.fd);
   }
 
-  void answer(int fd) const {
-    const std::string line = requestLine(fd);
-    if (line.rfind("GET ", 0) != 0) {
-      sendAll(fd, response("405 Method Not Allowed", "text/plain", "only GET /metrics\n"));
-    } else if (line.rfind("GET /metrics ", 0) != 0 && line.rfind("GET /metrics?", 0) != 0) {
-      sendAll(fd, response("404 Not Found", "text/plain", "skytraind serves /metrics only\n"));
-    } else {
-      sendAll(fd, response("200 OK", "text/plain; version=0.0.4; charset=utf-8",
-                           prometheus::TextSerializer().Serialize(collectAll(collectables))));
+  void accept() {
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    if (open.size() >= kMaxConnections) {
+      ::close(open.front().fd);
+      open.erase(open.begin());
+    }
+    Connection c;
+    c.fd = fd;
+    c.deadline = std::chrono::steady_clock::now() + kDeadline;
+    open.push_back(std::move(c));
+  }
+
+  // Reads what the peer sent, or sends what it can take; closes (fd = -1) when done or broken.
+  void step(Connection& c) const {
+    if (!c.answered) {
+      char buffer[1024];
+      const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
+      if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) return finish(c);
+      if (n > 0) c.head.append(buffer, static_cast<size_t>(n));
+      if (c.head.find("\r\n\r\n") == std::string::npos && c.head.size() < kMaxRequestBytes) return;
+      c.out = answer(c.head.substr(0, c.head.find("\r\n")));
+      c.head.clear();
+      c.answered = true;
+    }
+    const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) return finish(c);
+    c.sent += static_cast<size_t>(n);
+    if (c.sent == c.out.size()) finish(c);
+  }
+
+  static void finish(Connection& c) {
+    ::close(c.fd);
+    c.fd = -1;
+  }
+
+  std::string answer(const std::string& line) const {
+    if (line.rfind("GET ", 0) != 0) return response("405 Method Not Allowed", "text/plain", "only GET /metrics\n");
+    if (line.rfind("GET /metrics ", 0) != 0 && line.rfind("GET /metrics?", 0) != 0) {
+      return response("404 Not Found", "text/plain", "skytraind serves /metrics only\n");
+    }
+    try {
+      return response("200 OK", "text/plain; version=0.0.4; charset=utf-8",
+                      prometheus::TextSerializer().Serialize(collectAll(collectables)));
+    } catch (const std::exception& e) {
+      spdlog::warn("metrics: {}", e.what());
+      return response("500 Internal Server Error", "text/plain", "cannot collect the metrics\n");
     }
   }
 };

@@ -5,8 +5,9 @@
 //
 // It is not prometheus-cpp's civetweb exposer: Debian's civetweb starts its threads with a
 // stack smaller than the static TLS of a process that links LibTorch, so they never start
-// ("Cannot create threads"). One thread answers GET /metrics, a request bounded to 8 KiB
-// and 2 s.
+// ("Cannot create threads"). One thread serves GET /metrics to up to 64 connections at
+// once, each request bounded to 8 KiB and each connection to 5 s, so idle or slow
+// connections cannot hold a scrape.
 #pragma once
 
 #include <memory>

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "compression/codec_registry.h"
 #include "compression/tensor_frame.h"
@@ -48,7 +49,10 @@ StageHost::~StageHost() {
 
 StageWorker& StageHost::find(const protocol::StageRef& ref, const std::string& caller) {
   auto it = workers_.find({ref.job, ref.stage, ref.replica});
-  if (it == workers_.end()) throw Error(describe(ref) + " is not hosted here");
+  if (it == workers_.end()) {
+    const auto gone = freed_.find({ref.job, ref.stage, ref.replica});
+    throw Error(describe(ref) + " is not hosted here" + (gone != freed_.end() ? " (" + gone->second + ")" : ""));
+  }
   if (it->second->assignment().coordinatorKey != caller) {
     throw Refusal(describe(ref) + " takes requests only from its job's coordinator");
   }
@@ -226,12 +230,20 @@ void StageHost::reap() {
     it = retired_.erase(it);
   }
   for (auto it = workers_.begin(); it != workers_.end();) {
+    // Until its first heartbeat a stage is still being set up (its coordinator prepares and
+    // starts every stage first): the prepare timeout bounds it then, the heartbeat after.
     const auto& spec = it->second->assignment().spec;
-    if (!it->second->finished() && it->second->secondsSinceHeartbeat() > spec.failure.lostAfterS()) {
+    const double bound = spec.failure.lostAfterS() + (it->second->heard() ? 0.0 : options_.prepareTimeoutS);
+    if (!it->second->finished() && it->second->secondsSinceHeartbeat() > bound) {
       const auto& a = it->second->assignment();
-      spdlog::warn("job {} {}: no heartbeat from the coordinator for {:.1f} s; aborting and freeing the stage", a.jobId,
-                   protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)),
-                   it->second->secondsSinceHeartbeat());
+      char why[96];
+      std::snprintf(why, sizeof why, "freed: no heartbeat from the coordinator for %.1f s",
+                    it->second->secondsSinceHeartbeat());
+      spdlog::warn("job {} {}: {}; aborting", a.jobId, protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)),
+                   why);
+      // Kept for the coordinator's next request, which then says why (a bounded memory).
+      if (freed_.size() >= kFreedKept) freed_.clear();
+      freed_[it->first] = why;
       it->second->abort();
       it->second->touch();  // warn once
     }

@@ -62,6 +62,10 @@ class StageHost {
   StageHostOptions options_;
   std::map<std::tuple<std::string, int, int>, std::unique_ptr<StageWorker>> workers_;  // (job, stage, replica)
   std::vector<std::unique_ptr<StageWorker>> retired_;  // earlier attempts, aborted, not yet joined
+  // Why stages were freed without their coordinator's word (job, stage, replica), so a late
+  // request hears the reason, not only "not hosted here". Cleared when it reaches kFreedKept.
+  static constexpr size_t kFreedKept = 1024;
+  std::map<std::tuple<std::string, int, int>, std::string> freed_;
 };
 
 // The 64-bit key in the frames of one instance of a job's stage: a hash of the job id

@@ -53,8 +53,14 @@ class StageWorker {
   void abort();
   bool finished() const { return finished_.load(); }
   // A heartbeat from the coordinator; without one for the spec's bound, the stage aborts.
-  void touch() { lastHeartbeat_ = Clock::now().time_since_epoch().count(); }
+  void touch() {
+    lastHeartbeat_ = Clock::now().time_since_epoch().count();
+    heard_ = true;
+  }
   double secondsSinceHeartbeat() const;
+  // Whether any heartbeat came: the coordinator sends them once every stage is started,
+  // which under load takes longer than the heartbeat's bound.
+  bool heard() const { return heard_.load(); }
 
   // The coordinator's plan after a profile; the worker waits for it at that step boundary.
   void deliverPlan(const RunPlan& plan);
@@ -81,6 +87,7 @@ class StageWorker {
   protocol::StageStart neighbours_;
   std::atomic<bool> aborted_{false};
   std::atomic<Clock::rep> lastHeartbeat_{Clock::now().time_since_epoch().count()};
+  std::atomic<bool> heard_{false};
   std::atomic<bool> finished_{false};
   std::thread thread_;  // owns the stage, its optimizer, data and sockets
 };
