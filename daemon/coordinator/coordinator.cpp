@@ -195,9 +195,10 @@ void Coordinator::run() {
         table_.transition(jobId_, JobState::Succeeded);
         break;
       }
+      // The failure is on record before the abort, which may wait on a lost daemon.
+      if (outcome == Outcome::Retry) table_.addFailure(jobId_, attempt, why);
       abortStages();
       if (outcome != Outcome::Retry) break;
-      table_.addEvent(jobId_, why);
       if (table_.progress(jobId_).dryRun) throw Error(why);
       if (table_.progress(jobId_).restarts >= spec_.failure.maxRestarts) {
         throw Error("gave up after " + std::to_string(table_.progress(jobId_).restarts) +
@@ -212,6 +213,7 @@ void Coordinator::run() {
     }
   } catch (const std::exception& e) {
     abortStages();
+    if (!isTerminal(table_.state(jobId_))) table_.addFailure(jobId_, table_.progress(jobId_).attempt, e.what());
     table_.transition(jobId_, JobState::Failed, e.what());
   }
   spdlog::info("job {}: {}", jobId_, toString(table_.state(jobId_)));
@@ -267,7 +269,7 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
   }
   HeartbeatMonitor heartbeats(context_, jobId_, std::move(targets), spec_.failure.heartbeatS, spec_.failure.misses);
   spdlog::info("job {}: attempt {} running on {} stages{}", jobId_, attempt, spec_.stages.size(),
-               resumed ? " from the checkpoint of step " + std::to_string(fromStep) : "");
+               resumed ? " from the checkpoint of step " + std::to_string(fromStep + 1) : "");  // as the event says
   int64_t profileStep = resumed ? fromStep + 1 : 0;
   std::string reason = "initial plan";
   // A resumed stage runs under its checkpoint's plan, without profiling.

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "daemon/ops/timing.h"
@@ -49,7 +50,18 @@ void HeartbeatMonitor::run() {
     return static_cast<bool>(finished_[i]);
   };
   auto nextBeat = Clock::now();
+  auto lastTurn = Clock::now();
   while (!stopping_) {
+    // A turn comes every interval/10 at most: a longer gap means this process did not run
+    // (SIGSTOP, a frozen VM), so the silence was ours, not the stages'; their clocks restart.
+    const auto turn = Clock::now();
+    if (std::chrono::duration<double>(turn - lastTurn).count() > intervalS_) {
+      spdlog::warn("job {}: this daemon did not run for {:.1f} s; heartbeat clocks restart", jobId_,
+                   std::chrono::duration<double>(turn - lastTurn).count());
+      std::fill(lastAnswer.begin(), lastAnswer.end(), turn);
+      nextBeat = turn;
+    }
+    lastTurn = turn;
     if (Clock::now() >= nextBeat) {
       for (size_t i = 0; i < n; ++i) {
         if (isFinished(i)) continue;
@@ -77,9 +89,10 @@ void HeartbeatMonitor::run() {
           } else if (reply->contains("killed")) {  // its sentinel, with the kernel's verdict
             declare(i, protocol::printable(reply->value("error", std::string("?")), 1024) +
                            (stages_[i].admission.empty() ? "" : "; " + stages_[i].admission));
-          } else {
-            declare(i, "its daemon answered \"" + reply->value("error", std::string("?")) +
-                           "\" (it restarted and lost the stage?)");
+          } else {  // the daemon says why it freed the stage when it knows ("freed: ...")
+            const std::string error = protocol::printable(reply->value("error", std::string("?")), 1024);
+            declare(i, "its daemon answered \"" + error + "\"" +
+                           (error.find("(freed:") == std::string::npos ? " (it restarted and lost the stage?)" : ""));
           }
         }
       } catch (const std::exception& e) {

@@ -30,6 +30,8 @@ void addJob(Families& f, const JobMetrics& job) {
   gauge("skytrain_job_checkpoint_age_seconds", "Seconds since the newest complete checkpoint.", job.checkpointAgeSeconds);
   f.add("skytrain_job_restarts_total", MetricType::Counter, "Times the job restarted from a checkpoint.", labels,
         job.restarts);
+  f.add("skytrain_job_failures_total", MetricType::Counter,
+        "Attempts of the job that failed, each explained by an event in status and logs.", labels, job.failures);
   for (size_t s = 0; s < job.stages.size(); ++s) {
     const StageTotals& t = job.stages[s];
     for (const auto& [direction, wire, raw] : {std::tuple{"forward", t.bytesForward, t.rawForward},

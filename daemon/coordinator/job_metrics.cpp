@@ -20,6 +20,7 @@ JobMetrics jobMetrics(const JobRecord& r, double now) {
   m.name = r.spec.name;
   m.state = r.state;
   m.restarts = r.restarts;
+  for (const auto& e : r.events) m.failures += e.value("failure", false) ? 1 : 0;
   m.stages = r.totals;
   m.stages.resize(r.spec.stages.size());
   if (!r.steps.empty()) {

@@ -17,6 +17,7 @@ struct JobMetrics {
   std::string id, name;
   JobState state = JobState::Preparing;
   int restarts = 0;
+  int failures = 0;  // failure events, over every run of the job (resume keeps them)
   std::optional<int64_t> step;  // the last complete step
   std::optional<double> trainLoss, validationLoss, tokensPerSecond, stepSeconds, predictedStepSeconds;
   std::optional<double> bubble, predictedBubble, checkpointAgeSeconds;

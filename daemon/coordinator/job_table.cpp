@@ -21,11 +21,17 @@ std::vector<std::string> JobTable::load() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> unfinished;
   for (const auto& dir : files_.entries()) {
-    const std::string path = dir + "/record.json";
+    const std::string& path = dir;
     try {
-      std::optional<JobRecord> read = files_.read(dir);
+      std::string recovered;
+      std::optional<JobRecord> read = files_.read(dir, &recovered);
       if (!read) continue;
       JobRecord& r = *read;
+      if (!recovered.empty()) {
+        spdlog::warn("jobs: {}: its record.json was not usable: {}", r.id, recovered);
+        r.events.push_back({{"time", wallSeconds()}, {"step", r.steps.size()}, {"message", "record " + recovered}});
+        files_.save(r);
+      }
       if (!isTerminal(r.state) && r.dryRun) {
         r.state = JobState::Failed;
         r.error = "the coordinating daemon stopped during the dry run";
@@ -35,7 +41,8 @@ std::vector<std::string> JobTable::load() {
       if (!isTerminal(r.state)) unfinished.push_back(r.id);
       records_[r.id] = std::move(r);
     } catch (const std::exception& e) {
-      spdlog::warn("jobs: skipped unreadable record {}: {}", path, e.what());
+      spdlog::error("jobs: cannot read any record of {} (record.json, record.prev.json, job.json): {}", path,
+                    e.what());
     }
   }
   spdlog::info("jobs: loaded {} job records from {} ({} unfinished)", records_.size(), files_.stateDir(),
@@ -205,6 +212,17 @@ void JobTable::addEvent(const std::string& id, const std::string& message) {
   JobRecord& r = find(id);
   r.events.push_back({{"time", wallSeconds()}, {"step", r.steps.size()}, {"message", message}});
   spdlog::info("job {}: {}", id, message);
+  files_.save(r);
+  changed(r);
+}
+
+void JobTable::addFailure(const std::string& id, int attempt, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  JobRecord& r = find(id);
+  const std::string message = "attempt " + std::to_string(attempt) + " failed: " + why;
+  r.events.push_back({{"time", wallSeconds()}, {"step", r.steps.size()}, {"message", message}, {"failure", true},
+                      {"attempt", attempt}});
+  spdlog::warn("job {}: {}", id, message);
   files_.save(r);
   changed(r);
 }

@@ -79,6 +79,10 @@ class JobTable {
   void dropCheckpoint(const std::string& id, int64_t step);
   // A line of the job's story (failures, restarts), shown by status and the progress stream.
   void addEvent(const std::string& id, const std::string& message);
+  // An attempt's failure, with its reason (which names the stage and its daemon where one
+  // failed): an event marked "failure" with the attempt, a warning in the log, counted in
+  // skytrain_job_failures_total. Events outlive resume; the record's error does not.
+  void addFailure(const std::string& id, int attempt, const std::string& why);
   // Applies a stage's report (step, eval, profile, done or failed); the caller has checked
   // who sent it.
   void applyReport(const protocol::StageReport& report);

@@ -1,15 +1,66 @@
 #include "daemon/coordinator/record_files.h"
 
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "daemon/ops/files.h"
+#include "scheduler/error.h"
 
 namespace skytrain::daemon {
 namespace {
 
 // One JSON document a line, as metrics.jsonl holds step rows.
 std::string line(const Json& row) { return row.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// XXH64 of a document's compact form (keys sorted, so the same after a parse), as hex.
+std::string checksumOf(const Json& doc) {
+  const std::string text = line(doc);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64(text.data(), text.size(), 0)));
+  return hex;
+}
+
+std::string withChecksum(Json doc) {
+  doc.erase("checksum");
+  doc["checksum"] = checksumOf(doc);
+  return doc.dump(2, ' ', false, Json::error_handler_t::replace);
+}
+
+// The document in `path` if it parses and its checksum matches (a record from before
+// checksums, with none, is taken as it parses). Throws skytrain::Error saying what is wrong.
+Json checkedDocument(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("missing");
+  Json doc = Json::parse(in, nullptr, false);
+  if (!doc.is_object()) throw Error("not a JSON object (truncated or damaged)");
+  if (doc.contains("checksum")) {
+    const Json stored = doc["checksum"];
+    doc.erase("checksum");
+    if (!stored.is_string() || stored.get<std::string>() != checksumOf(doc)) throw Error("does not match its checksum");
+  }
+  return doc;
+}
+
+// A record from job.json: the job as submitted, unfinished (so its coordinator resumes it),
+// with the checkpoints whose directories are on disk; its steps come from metrics.jsonl. A
+// checkpoint some stage lacks is fallen back from as any damaged one.
+JobRecord rebuilt(const std::string& dir) {
+  JobRecord r = JobRecord::fromDocument(checkedDocument(dir + "/job.json"));
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    long long step = -1;
+    if (std::sscanf(name.c_str(), "step-%lld", &step) == 1 && step >= 0) r.checkpoints.push_back(step);
+  }
+  std::sort(r.checkpoints.begin(), r.checkpoints.end());
+  return r;
+}
 
 }  // namespace
 
@@ -27,24 +78,56 @@ std::vector<std::string> RecordFiles::entries() const {
   return out;
 }
 
-std::optional<JobRecord> RecordFiles::read(const std::string& dir) const {
-  std::ifstream in(dir + "/record.json");
-  if (!in) return std::nullopt;
-  JobRecord r = JobRecord::fromDocument(Json::parse(in));
+std::optional<JobRecord> RecordFiles::read(const std::string& dir, std::string* recovered) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool any = fs::exists(dir + "/record.json", ec) || fs::exists(dir + "/record.prev.json", ec) ||
+                   fs::exists(dir + "/job.json", ec);
+  if (!any) return std::nullopt;
+  std::string why;
+  std::optional<JobRecord> r;
+  for (const char* name : {"record.json", "record.prev.json"}) {
+    try {
+      r = JobRecord::fromDocument(checkedDocument(dir + "/" + name));
+      break;
+    } catch (const std::exception& e) {
+      why += std::string(why.empty() ? "" : "; ") + name + ": " + e.what();
+    }
+  }
+  std::string how = why.empty() ? "" : "restored from the previous generation (" + why + ")";
+  if (!r) {
+    try {
+      r = rebuilt(dir);
+    } catch (const std::exception& e) {
+      throw Error(why + "; job.json: " + e.what());
+    }
+    how = "rebuilt from job.json and the checkpoints on disk (" + why + ")";
+  }
+  if (recovered) *recovered = how;
   std::ifstream metrics(dir + "/metrics.jsonl");
   for (std::string text; std::getline(metrics, text);) {
-    if (!text.empty()) r.steps.push_back(Json::parse(text));
+    // A row cut by a crash mid-append, or damaged since: skipped, the rest kept.
+    if (auto row = Json::parse(text, nullptr, false); row.is_object()) r->steps.push_back(std::move(row));
   }
   return r;
 }
 
 void RecordFiles::create(const JobRecord& r) const {
   makeDirectories(jobDir(r.id));
+  Json job = {{"id", r.id},           {"spec", r.specText},          {"state", toString(JobState::Preparing)},
+              {"owner_key", r.ownerKey}, {"owner", r.ownerName},     {"stage_keys", r.stageKeys},
+              {"proof", r.proof},     {"created_at", r.createdAt},   {"dry_run", r.dryRun}};
+  writeFileAtomic(jobDir(r.id) + "/job.json", withChecksum(std::move(job)));
   save(r);
 }
 
 void RecordFiles::save(const JobRecord& r) const {
-  writeFileAtomic(jobDir(r.id) + "/record.json", r.document().dump(2, ' ', false, Json::error_handler_t::replace));
+  const std::string path = jobDir(r.id) + "/record.json";
+  // The generation before this one stays, should this one be damaged.
+  if (::rename(path.c_str(), (jobDir(r.id) + "/record.prev.json").c_str()) != 0 && errno != ENOENT) {
+    throw Error("cannot keep the previous generation of " + path + ": " + std::strerror(errno));
+  }
+  writeFileAtomic(path, withChecksum(r.document()));
 }
 
 void RecordFiles::appendStep(const std::string& id, const Json& row) const {

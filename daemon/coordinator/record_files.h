@@ -1,6 +1,11 @@
-// RecordFiles: where the coordinator keeps its job records on disk —
-// <state_dir>/jobs/<id>/record.json (JobRecord::document) and metrics.jsonl (one step row
-// a line) — written atomically or appended, and read back.
+// RecordFiles: where the coordinator keeps its job records on disk, under
+// <state_dir>/jobs/<id>/, so that no damage to one file loses a job:
+//   record.json       JobRecord::document with a "checksum" (XXH64 of the rest), atomically
+//   record.prev.json  the generation before it (renamed aside at each save)
+//   job.json          what the job was submitted as (spec, owner, stage keys), written once
+//   metrics.jsonl     one step row a line, appended; a damaged line is skipped, not the job
+// A record that is missing, truncated or fails its checksum is read from the previous
+// generation, else rebuilt from job.json and the checkpoints in the job's directory.
 #pragma once
 
 #include <optional>
@@ -20,9 +25,10 @@ class RecordFiles {
   std::string jobDir(const std::string& id) const;
   // Every entry of <state_dir>/jobs, records or not.
   std::vector<std::string> entries() const;
-  // The record in `dir` with its step rows; nullopt when it has no record.json. Throws on
-  // one that cannot be parsed.
-  std::optional<JobRecord> read(const std::string& dir) const;
+  // The record in `dir` with its step rows; nullopt when the directory holds no job (none
+  // of the three files). `recovered` says how, when record.json itself was not usable
+  // ("" otherwise). Throws skytrain::Error when no file of the job can be read.
+  std::optional<JobRecord> read(const std::string& dir, std::string* recovered = nullptr) const;
 
   // Makes the job's directory and saves the record.
   void create(const JobRecord& r) const;

@@ -39,16 +39,19 @@ void writeFileAtomic(const std::string& path, const std::function<void(const Byt
   if (fd < 0) fail("cannot create", tmp);
   try {
     produce([&](const char* data, size_t size) { writeAll(fd, data, size, tmp); });
+    if (::fsync(fd) != 0) fail("cannot fsync", tmp);
   } catch (...) {
     ::close(fd);
+    ::unlink(tmp.c_str());  // no partial file left behind (a full disk, a failed producer)
     throw;
   }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail("cannot fsync", tmp);
-  }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename onto", path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(tmp.c_str());
+    errno = error;
+    fail("cannot rename onto", path);
+  }
   const std::string dir = std::filesystem::path(path).parent_path().string();
   const int dirFd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dirFd >= 0) {

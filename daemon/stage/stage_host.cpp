@@ -221,6 +221,17 @@ protocol::Json StageHost::profile(const protocol::StageProfile& request, const s
 }
 
 void StageHost::reap() {
+  // Called every ~100 ms: a longer gap means this process did not run (SIGSTOP, a frozen
+  // VM), so the coordinators' silence was ours to hear, not theirs; their clocks restart.
+  const auto now = std::chrono::steady_clock::now();
+  const double gap = std::chrono::duration<double>(now - lastReap_).count();
+  lastReap_ = now;
+  if (gap > kStallS) {
+    spdlog::warn("stages: this daemon did not run for {:.1f} s; its stages' heartbeat clocks restart", gap);
+    for (auto& entry : workers_) {
+      if (entry.second->heard()) entry.second->touch();
+    }
+  }
   for (auto it = retired_.begin(); it != retired_.end();) {
     if (!(*it)->finished()) {
       ++it;
@@ -237,13 +248,12 @@ void StageHost::reap() {
     if (!it->second->finished() && it->second->secondsSinceHeartbeat() > bound) {
       const auto& a = it->second->assignment();
       char why[96];
-      std::snprintf(why, sizeof why, "freed: no heartbeat from the coordinator for %.1f s",
-                    it->second->secondsSinceHeartbeat());
-      spdlog::warn("job {} {}: {}; aborting", a.jobId, protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)),
-                   why);
+      std::snprintf(why, sizeof why, "no heartbeat from the coordinator for %.1f s", it->second->secondsSinceHeartbeat());
+      spdlog::warn("job {} {}: {}; aborting and freeing the stage", a.jobId,
+                   protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)), why);
       // Kept for the coordinator's next request, which then says why (a bounded memory).
       if (freed_.size() >= kFreedKept) freed_.clear();
-      freed_[it->first] = why;
+      freed_[it->first] = std::string("freed: ") + why;
       it->second->abort();
       it->second->touch();  // warn once
     }

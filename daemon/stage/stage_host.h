@@ -5,6 +5,7 @@
 
 #include <zmq.hpp>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,8 @@ class StageHost {
   // Why stages were freed without their coordinator's word (job, stage, replica), so a late
   // request hears the reason, not only "not hosted here". Cleared when it reaches kFreedKept.
   static constexpr size_t kFreedKept = 1024;
+  static constexpr double kStallS = 1.0;  // a gap between reaps that means this process was stopped
+  std::chrono::steady_clock::time_point lastReap_ = std::chrono::steady_clock::now();
   std::map<std::tuple<std::string, int, int>, std::string> freed_;
 };
 

@@ -138,8 +138,8 @@ void StageWorker::run() {
       firstStep = static_cast<int>(a.resumeStep) + 1;
       std::lock_guard<std::mutex> lock(mutex_);
       profileAt_ = -1;  // the checkpoint's plan stands: a resumed run repeats the original exactly
-      spdlog::info("job {} {}: restored the checkpoint of step {} (attempt {})", a.jobId, name, a.resumeStep,
-                   a.attempt);
+      spdlog::info("job {} {}: restored the checkpoint of step {} (attempt {})", a.jobId, name, a.resumeStep + 1,
+                   a.attempt);  // counted from 1, as the coordinator's event says
     }
     CheckpointWriter writer(a.jobDir, a.stage, a.spec.checkpoint.keep);
     runner.setUpdateFence([&writer] { writer.awaitReleased(); });

@@ -7,6 +7,10 @@
 #          the job within the heartbeat bound; then start it again
 #   corrupt kill -9 the stage-1 daemon and corrupt its two newest checkpoints: the
 #          coordinator must fall back to an older complete one
+#   record kill -9 the coordinating daemon and cut its job record (record.json) at a random
+#          byte: it must read the previous generation and resume the job
+#   record-lost  the same with both generations damaged: the job is rebuilt from job.json
+#          and the checkpoints on disk, and resumed
 #   resume cancel the job, then `skytrain resume` it from its last checkpoint
 #   kill-tokens  the kill case, reading a pre-tokenised corpus (`skytrain data prepare`)
 # In the coord case `skytrain logs -f` follows the job throughout and must re-attach.
@@ -20,7 +24,7 @@ set -euo pipefail
 daemon=$1 cli=$2 corpus=$3
 shift 3
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop coord orphan corrupt resume)
+[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop coord orphan corrupt record record-lost resume)
 work=$(mktemp -d)
 source "$(dirname "$0")/../../deploy/local-daemons.sh"
 cleanup() { stop_daemons; rm -rf "$tokens"; for p in $(cat "$work"/*.pid 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
@@ -157,6 +161,14 @@ for c in "${cases[@]}"; do
       fi
       pid_a=$(restart "$work/a")
       for _ in $(seq 100); do "$cli" list > /dev/null 2>&1 && break; sleep 0.1; done ;;
+    record|record-lost)
+      kill -9 "$pid_a"; wait "$pid_a" 2>/dev/null || true
+      record=$work/a/jobs/$job/record.json
+      size=$(stat -c %s "$record")
+      truncate -s $((RANDOM % size)) "$record"
+      [ "$c" = record-lost ] && printf '{"id": "%s", "st' "$job" > "$work/a/jobs/$job/record.prev.json"
+      pid_a=$(restart "$work/a")
+      for _ in $(seq 100); do "$cli" list > /dev/null 2>&1 && break; sleep 0.1; done ;;
     corrupt)
       kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
       for f in $(ls -d "$work/b/jobs/$job/checkpoints"/step-* | sort | tail -2); do
@@ -182,6 +194,10 @@ for c in "${cases[@]}"; do
     story=$(status "$job")
     grep -q "falling back to the previous checkpoint" <<< "$story" || fail "no fall-back to an older checkpoint"
     grep -q "does not match its checksum" <<< "$story" || fail "the corrupted file was not named"
+  fi
+  if [ "$c" = record ] || [ "$c" = record-lost ]; then
+    want="restored from the previous generation"; [ "$c" = record-lost ] && want="rebuilt from job.json"
+    grep -q "$want" <<< "$(status "$job")" || fail "no event says the record was $want"
   fi
   same_weights "${reference[$codecs]}" "$job" >&2
 done

@@ -1,0 +1,152 @@
+// Job records that no damage to one file can lose (daemon/coordinator/record_files.h): each
+// class of damage to record.json — gone, empty, cut at its first byte, in the middle, one
+// byte short, a flipped byte, a changed value that still parses — is read from the previous
+// generation; both generations damaged, the job is rebuilt from job.json with the
+// checkpoints on disk; a cut step row costs that row only.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <unistd.h>
+
+#include "daemon/coordinator/record_files.h"
+#include "daemon/ops/files.h"
+#include "spec_test_helpers.h"
+
+using namespace skytrain;
+using namespace skytrain::daemon;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string readAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void writeAll(const fs::path& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("skytrain_record_files_" + std::to_string(::getpid()));
+  Scratch() { fs::remove_all(dir); }
+  ~Scratch() { fs::remove_all(dir); }
+};
+
+JobRecord sample() {
+  JobRecord r;
+  r.id = "0123456789abcdef";
+  r.specText = testing::validSpec().dump();
+  r.spec = protocol::parseJobSpec(r.specText);
+  r.ownerKey = "owner-key";
+  r.ownerName = "alice";
+  r.stageKeys = {"", ""};
+  r.proof = std::string(32, 'a');
+  r.state = JobState::Running;
+  r.createdAt = 1.5;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a damaged record.json is read from the previous generation, whatever the damage", "[records]") {
+  Scratch scratch;
+  RecordFiles files(scratch.dir.string());
+  JobRecord r = sample();
+  files.create(r);
+  r.attempt = 2;
+  r.checkpoints = {4, 9};
+  files.save(r);  // generation 2: record.json; generation 1 (attempt 0): record.prev.json
+  r.attempt = 3;
+  files.save(r);  // generation 3; generation 2 aside
+  files.appendStep(r.id, {{"step", 0}, {"loss", 5.5}});
+  files.appendStep(r.id, {{"step", 1}, {"loss", 5.25}});
+  const fs::path dir = files.jobDir(r.id), record = dir / "record.json";
+  const std::string good = readAll(record), previous = readAll(dir / "record.prev.json");
+
+  std::string recovered;
+  auto read = files.read(dir.string(), &recovered);
+  REQUIRE(read);
+  CHECK(recovered.empty());
+  CHECK(read->attempt == 3);
+  CHECK(read->steps.size() == 2);
+
+  const std::vector<std::pair<std::string, std::function<std::string(std::string)>>> damages = {
+      {"gone", [](std::string) { return std::string("<gone>"); }},
+      {"empty", [](std::string) { return std::string(); }},
+      {"cut after its first byte", [](std::string s) { return s.substr(0, 1); }},
+      {"cut in the middle", [](std::string s) { return s.substr(0, s.size() / 2); }},
+      {"one byte short", [](std::string s) { return s.substr(0, s.size() - 2); }},  // the last is a newline
+      {"a flipped byte", [](std::string s) { s[s.size() / 3] ^= 0x20; return s; }},
+      {"a changed value that parses", [](std::string s) {
+         const auto at = s.find("\"attempt\": 3");
+         REQUIRE(at != std::string::npos);
+         s[at + 11] = '7';
+         return s;
+       }},
+  };
+  for (const auto& [name, damage] : damages) {
+    INFO(name);
+    const std::string bad = damage(good);
+    if (bad == "<gone>") fs::remove(record);
+    else writeAll(record, bad);
+    recovered.clear();
+    read = files.read(dir.string(), &recovered);
+    REQUIRE(read);
+    CHECK(read->attempt == 2);  // the generation before
+    CHECK(read->checkpoints == std::vector<int64_t>{4, 9});
+    CHECK(read->steps.size() == 2);
+    CHECK_THAT(recovered, Catch::Contains("restored from the previous generation"));
+    writeAll(record, good);
+    writeAll(dir / "record.prev.json", previous);
+  }
+}
+
+TEST_CASE("with both generations damaged the job is rebuilt from job.json and its checkpoints; a cut step row "
+          "costs that row",
+          "[records]") {
+  Scratch scratch;
+  RecordFiles files(scratch.dir.string());
+  JobRecord r = sample();
+  files.create(r);
+  r.attempt = 1;
+  files.save(r);
+  const fs::path dir = files.jobDir(r.id);
+  for (const char* step : {"step-00000004", "step-00000009"}) fs::create_directories(dir / "checkpoints" / step);
+  files.appendStep(r.id, {{"step", 0}, {"loss", 5.5}});
+  std::ofstream(dir / "metrics.jsonl", std::ios::app) << "{\"step\": 1, \"lo";  // a crash mid-append
+  writeAll(dir / "record.json", "{\"id\": ");
+  fs::remove(dir / "record.prev.json");
+  std::string recovered;
+  const auto read = files.read(dir.string(), &recovered);
+  REQUIRE(read);
+  CHECK_THAT(recovered, Catch::Contains("rebuilt from job.json"));
+  CHECK(read->id == r.id);
+  CHECK(read->ownerKey == "owner-key");
+  CHECK(read->proof == r.proof);
+  CHECK(read->state == JobState::Preparing);  // unfinished: its coordinator resumes it
+  CHECK(read->checkpoints == std::vector<int64_t>{4, 9});
+  CHECK(read->steps.size() == 1);
+  // job.json damaged too: nothing is left to rebuild from, and the error says so.
+  writeAll(dir / "job.json", "{}");
+  CHECK_THROWS_WITH(files.read(dir.string()), Catch::Contains("job.json"));
+  // A directory without any of the three files is not a job.
+  fs::create_directories(scratch.dir / "jobs" / "not-a-job");
+  CHECK_FALSE(files.read((scratch.dir / "jobs" / "not-a-job").string()));
+}
+
+TEST_CASE("a write that fails part-way leaves neither a partial file nor its .tmp, and the old file stands",
+          "[records]") {
+  Scratch scratch;
+  fs::create_directories(scratch.dir);
+  const std::string path = (scratch.dir / "record.json").string();
+  writeFileAtomic(path, "old");
+  CHECK_THROWS_WITH(writeFileAtomic(path,
+                                    [](const ByteSink& sink) {
+                                      sink("new, in part", 12);
+                                      throw Error("No space left on device");  // as a full disk ends a write
+                                    }),
+                    Catch::Contains("No space left"));
+  CHECK(readAll(path) == "old");
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+}
