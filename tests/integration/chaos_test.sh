@@ -2,6 +2,8 @@
 # Chaos (DESIGN.md "Failure model"), with real skytraind processes on fixed loopback ports:
 #   kill   kill -9 the stage-1 daemon at a random step, start it again a second later
 #   stop   SIGSTOP the stage-1 daemon for longer than the heartbeat bound, then SIGCONT
+#   stop-coord  SIGSTOP the coordinating daemon (it also hosts stage 0) for 6 s: stage 1's
+#          daemon frees the job; the coordinator must say so, not call its own stage lost
 #   coord  kill -9 the coordinating daemon (it also hosts stage 0), start it again
 #   orphan kill -9 the coordinating daemon and leave it down: the stage-1 daemon must free
 #          the job within the heartbeat bound; then start it again
@@ -24,7 +26,7 @@ set -euo pipefail
 daemon=$1 cli=$2 corpus=$3
 shift 3
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop coord orphan corrupt record record-lost resume)
+[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost resume)
 work=$(mktemp -d)
 source "$(dirname "$0")/../../deploy/local-daemons.sh"
 cleanup() { stop_daemons; rm -rf "$tokens"; for p in $(cat "$work"/*.pid 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
@@ -148,6 +150,8 @@ for c in "${cases[@]}"; do
       pid_b=$(restart "$work/b") ;;
     stop)
       kill -STOP "$pid_b"; sleep 6; kill -CONT "$pid_b" ;;
+    stop-coord)
+      kill -STOP "$pid_a"; sleep 6; kill -CONT "$pid_a" ;;
     coord|orphan)
       kill -9 "$pid_a"; wait "$pid_a" 2>/dev/null || true
       if [ "$c" = orphan ]; then
@@ -194,6 +198,11 @@ for c in "${cases[@]}"; do
     story=$(status "$job")
     grep -q "falling back to the previous checkpoint" <<< "$story" || fail "no fall-back to an older checkpoint"
     grep -q "does not match its checksum" <<< "$story" || fail "the corrupted file was not named"
+  fi
+  if [ "$c" = stop-coord ]; then
+    story=$(status "$job")
+    grep -q "stage 0 (.*) lost" <<< "$story" && fail "the stopped coordinator called its own stage lost"
+    grep -q "freed: no heartbeat from the coordinator" <<< "$story" || fail "no event says why stage 1 was freed"
   fi
   if [ "$c" = record ] || [ "$c" = record-lost ]; then
     want="restored from the previous generation"; [ "$c" = record-lost ] && want="rebuilt from job.json"
