@@ -118,20 +118,21 @@ Json JobRecord::summary() const {
   Json s = Json::object();
   if (steps.empty()) return s;
   double seconds = 0, bytes = 0, raw = 0;
+  // value(), not get(): a row read back from metrics.jsonl is whatever survived on disk.
   for (const auto& step : steps) {
-    seconds += step["step_s"].get<double>();
-    bytes += step["bytes_sent"].get<double>();
+    seconds += step.value("step_s", 0.0);
+    bytes += step.value("bytes_sent", 0.0);
     raw += step.value("bytes_raw", 0.0);
   }
   const double tokensPerStep = static_cast<double>(spec.batchSize) * spec.model.seqLen;
   // Single-step losses are noisy; the summary's final loss is the mean of the last ten.
   const size_t tail = std::min<size_t>(10, steps.size());
   double lastLosses = 0;
-  for (size_t i = steps.size() - tail; i < steps.size(); ++i) lastLosses += steps[i]["loss"].get<double>();
+  for (size_t i = steps.size() - tail; i < steps.size(); ++i) lastLosses += steps[i].value("loss", 0.0);
   s["final_loss"] = lastLosses / tail;
   s["final_loss_steps"] = tail;
-  s["first_loss"] = steps.front()["loss"];
-  s["tokens_per_s"] = tokensPerStep * steps.size() / seconds;
+  s["first_loss"] = steps.front().value("loss", 0.0);
+  s["tokens_per_s"] = seconds > 0 ? tokensPerStep * steps.size() / seconds : 0.0;
   s["bytes_sent_total"] = bytes;
   s["bytes_sent_per_step"] = bytes / steps.size();
   s["bytes_raw_per_step"] = raw / steps.size();

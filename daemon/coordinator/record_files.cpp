@@ -35,8 +35,10 @@ std::string withChecksum(Json doc) {
 // The document in `path` if it parses and its checksum matches (a record from before
 // checksums, with none, is taken as it parses). Throws skytrain::Error saying what is wrong.
 Json checkedDocument(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error("missing, or not a file");
   std::ifstream in(path);
-  if (!in) throw Error("missing");
+  if (!in) throw Error("unreadable");
   Json doc = Json::parse(in, nullptr, false);
   if (!doc.is_object()) throw Error("not a JSON object (truncated or damaged)");
   if (doc.contains("checksum")) {
@@ -104,8 +106,9 @@ std::optional<JobRecord> RecordFiles::read(const std::string& dir, std::string* 
     how = "rebuilt from job.json and the checkpoints on disk (" + why + ")";
   }
   if (recovered) *recovered = how;
-  std::ifstream metrics(dir + "/metrics.jsonl");
-  for (std::string text; std::getline(metrics, text);) {
+  std::ifstream metrics;
+  if (fs::is_regular_file(dir + "/metrics.jsonl", ec)) metrics.open(dir + "/metrics.jsonl");
+  for (std::string text; metrics.is_open() && std::getline(metrics, text);) {
     // A row cut by a crash mid-append, or damaged since: skipped, the rest kept.
     if (auto row = Json::parse(text, nullptr, false); row.is_object()) r->steps.push_back(std::move(row));
   }
@@ -118,10 +121,10 @@ void RecordFiles::create(const JobRecord& r) const {
               {"owner_key", r.ownerKey}, {"owner", r.ownerName},     {"stage_keys", r.stageKeys},
               {"proof", r.proof},     {"created_at", r.createdAt},   {"dry_run", r.dryRun}};
   writeFileAtomic(jobDir(r.id) + "/job.json", withChecksum(std::move(job)));
-  save(r);
+  writeRecord(r);
 }
 
-void RecordFiles::save(const JobRecord& r) const {
+void RecordFiles::writeRecord(const JobRecord& r) const {
   const std::string path = jobDir(r.id) + "/record.json";
   // The generation before this one stays, should this one be damaged.
   if (::rename(path.c_str(), (jobDir(r.id) + "/record.prev.json").c_str()) != 0 && errno != ENOENT) {
@@ -130,14 +133,36 @@ void RecordFiles::save(const JobRecord& r) const {
   writeFileAtomic(path, withChecksum(r.document()));
 }
 
-void RecordFiles::appendStep(const std::string& id, const Json& row) const {
-  appendLine(jobDir(id) + "/metrics.jsonl", line(row));
+void RecordFiles::save(const JobRecord& r) const {
+  try {
+    writeRecord(r);
+  } catch (const std::exception& e) {
+    failures_.warn(r.id + ": " + e.what() + " (kept in memory; retried at its next change)");
+    return;
+  }
+  if (stepsBehind_.count(r.id)) rewriteSteps(r);
+}
+
+void RecordFiles::appendStep(const JobRecord& r, const Json& row) const {
+  if (stepsBehind_.count(r.id)) return rewriteSteps(r);  // r.steps holds this row already
+  try {
+    appendLine(jobDir(r.id) + "/metrics.jsonl", line(row));
+  } catch (const std::exception& e) {
+    stepsBehind_.insert(r.id);
+    failures_.warn(r.id + ": " + e.what() + " (the step rows are rewritten at the next save)");
+  }
 }
 
 void RecordFiles::rewriteSteps(const JobRecord& r) const {
   std::string rows;
   for (const auto& row : r.steps) rows += line(row) + "\n";
-  writeFileAtomic(jobDir(r.id) + "/metrics.jsonl", rows);
+  try {
+    writeFileAtomic(jobDir(r.id) + "/metrics.jsonl", rows);
+    stepsBehind_.erase(r.id);
+  } catch (const std::exception& e) {
+    stepsBehind_.insert(r.id);
+    failures_.warn(r.id + ": " + e.what() + " (the step rows are rewritten at the next save)");
+  }
 }
 
 }  // namespace skytrain::daemon

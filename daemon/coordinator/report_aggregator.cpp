@@ -1,5 +1,7 @@
 #include "daemon/coordinator/report_aggregator.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #include "daemon/ops/timing.h"
@@ -56,7 +58,18 @@ bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) 
                                (report.error.empty() ? "failed" : report.error);
       }
       break;
-    case ReportKind::Checkpoint: confirmCheckpoint(r, report.step, stage); break;
+    case ReportKind::Checkpoint:
+      if (report.error.empty()) {
+        confirmCheckpoint(r, report.step, stage);
+      } else {  // training goes on; the newest complete checkpoint stays the one before
+        const std::string message = protocol::describeSlot(r.spec, stage) + " (" + protocol::placementOf(r.spec, stage).daemon +
+                                    "): checkpoint of step " + std::to_string(report.step + 1) + " not written: " +
+                                    report.error + "; training goes on and the next checkpoint retries";
+        spdlog::warn("job {}: {}", r.id, message);
+        r.events.push_back({{"time", wallSeconds()}, {"step", r.steps.size()}, {"message", message}});
+        files_.save(r);
+      }
+      break;
   }
   return true;
 }
@@ -122,8 +135,8 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
       row["stage_losses"] = losses;  // each generator's masked-token loss, then the discriminator's
       row["lead"] = lead;            // how far the furthest producer ran ahead of the consumer
     }
-    files_.appendStep(r.id, row);
     r.steps.push_back(std::move(row));
+    files_.appendStep(r, r.steps.back());
     pending.erase(pending.begin());
   }
 }

@@ -297,7 +297,7 @@ struct ToJson {
     if (m.kind == ReportKind::Eval && m.accuracy) j["accuracy"] = *m.accuracy;
     if (m.kind == ReportKind::Eval && m.bleu) j["bleu"] = *m.bleu;
     if (m.kind == ReportKind::Profile) j["profile"] = m.profile;
-    if (m.kind == ReportKind::Failed) j["error"] = m.error;
+    if (m.kind == ReportKind::Failed || (m.kind == ReportKind::Checkpoint && !m.error.empty())) j["error"] = m.error;
     return j;
   }
 

@@ -114,14 +114,17 @@ void CheckpointWriter::write(int64_t step, StageSnapshot snapshot) {
 
 std::vector<int64_t> CheckpointWriter::takeWritten() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (error_) throw Error(*error_);
   return std::exchange(written_, {});
+}
+
+std::vector<std::pair<int64_t, std::string>> CheckpointWriter::takeFailed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(failed_, {});
 }
 
 void CheckpointWriter::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return (queue_.empty() && !busy_) || error_; });
-  if (error_) throw Error(*error_);
+  changed_.wait(lock, [this] { return queue_.empty() && !busy_; });
 }
 
 void CheckpointWriter::awaitReleased() {
@@ -184,13 +187,17 @@ void CheckpointWriter::run() {
       std::lock_guard<std::mutex> lock(mutex_);
       written_.push_back(step);
     } catch (const std::exception& e) {
-      failure = std::string("checkpoint not written: ") + e.what();
+      failure = e.what();
+      std::error_code ec;  // no part of this step's checkpoint stays behind
+      std::filesystem::remove(checkpointMetaPath(jobDir_, item.first, stage_), ec);
+      std::filesystem::remove(checkpointTensorsPath(jobDir_, item.first, stage_), ec);
+      std::filesystem::remove(checkpointDir(jobDir_, item.first), ec);  // only when empty
     }
     release();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       busy_ = false;
-      if (failure && !error_) error_ = failure;
+      if (failure) failed_.emplace_back(item.first, *failure);
     }
     changed_.notify_all();
   }

@@ -54,7 +54,11 @@ class CheckpointWriter {
   void write(int64_t step, StageSnapshot snapshot);
   // Steps written durably since the last call.
   std::vector<int64_t> takeWritten();
-  // Blocks until the queue is empty; throws the first write error.
+  // Steps whose write failed since the last call, with why (a full disk, an I/O error). A
+  // failed write leaves no file of that step behind and does not stop the writer: training
+  // goes on, and the next checkpoint is the retry.
+  std::vector<std::pair<int64_t, std::string>> takeFailed();
+  // Blocks until the queue is empty.
   void drain();
   // Blocks until no queued snapshot still borrows the stage's tensors (StageSnapshot::
   // borrowed): their bytes are written, though perhaps not yet synced to disk.
@@ -72,7 +76,7 @@ class CheckpointWriter {
   std::deque<std::pair<int64_t, StageSnapshot>> queue_;
   std::vector<int64_t> written_;
   std::vector<int64_t> kept_;
-  std::optional<std::string> error_;
+  std::vector<std::pair<int64_t, std::string>> failed_;
   bool busy_ = false;
   int borrowing_ = 0;  // snapshots queued or being written that borrow the stage's tensors
   bool stopping_ = false;

@@ -124,6 +124,12 @@ void StageWorker::run() {
   };
   auto confirmCheckpoints = [&](CheckpointWriter& writer) {
     for (int64_t step : writer.takeWritten()) report(simple(protocol::ReportKind::Checkpoint, step));
+    for (auto& [step, why] : writer.takeFailed()) {  // not confirmed; the coordinator records why
+      spdlog::warn("job {} {}: checkpoint of step {} not written: {}", a.jobId, name, step + 1, why);
+      auto failed = simple(protocol::ReportKind::Checkpoint, step);
+      failed.error = why;
+      report(failed);
+    }
   };
   try {
     PipelineRunner runner(a.spec, a.stage, a.jobKey, a.memoryBudgetBytes, a.replica);

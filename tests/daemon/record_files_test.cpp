@@ -59,8 +59,10 @@ TEST_CASE("a damaged record.json is read from the previous generation, whatever 
   files.save(r);  // generation 2: record.json; generation 1 (attempt 0): record.prev.json
   r.attempt = 3;
   files.save(r);  // generation 3; generation 2 aside
-  files.appendStep(r.id, {{"step", 0}, {"loss", 5.5}});
-  files.appendStep(r.id, {{"step", 1}, {"loss", 5.25}});
+  for (const double loss : {5.5, 5.25}) {
+    r.steps.push_back({{"step", r.steps.size()}, {"loss", loss}});
+    files.appendStep(r, r.steps.back());
+  }
   const fs::path dir = files.jobDir(r.id), record = dir / "record.json";
   const std::string good = readAll(record), previous = readAll(dir / "record.prev.json");
 
@@ -113,7 +115,8 @@ TEST_CASE("with both generations damaged the job is rebuilt from job.json and it
   files.save(r);
   const fs::path dir = files.jobDir(r.id);
   for (const char* step : {"step-00000004", "step-00000009"}) fs::create_directories(dir / "checkpoints" / step);
-  files.appendStep(r.id, {{"step", 0}, {"loss", 5.5}});
+  r.steps.push_back({{"step", 0}, {"loss", 5.5}});
+  files.appendStep(r, r.steps.back());
   std::ofstream(dir / "metrics.jsonl", std::ios::app) << "{\"step\": 1, \"lo";  // a crash mid-append
   writeAll(dir / "record.json", "{\"id\": ");
   fs::remove(dir / "record.prev.json");
@@ -149,4 +152,31 @@ TEST_CASE("a write that fails part-way leaves neither a partial file nor its .tm
                     Catch::Contains("No space left"));
   CHECK(readAll(path) == "old");
   CHECK_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST_CASE("a record write that fails (a full disk) costs neither the job nor the daemon: the next save makes it good",
+          "[records]") {
+  Scratch scratch;
+  RecordFiles files(scratch.dir.string());
+  JobRecord r = sample();
+  files.create(r);
+  const fs::path dir = files.jobDir(r.id);
+  // An I/O error on every write: record.json's temporary file and metrics.jsonl cannot be made.
+  fs::create_directories(dir / "record.json.tmp");
+  fs::create_directories(dir / "metrics.jsonl");
+  r.steps.push_back({{"step", 0}, {"loss", 5.5}});
+  files.appendStep(r, r.steps.back());
+  r.attempt = 4;
+  CHECK_NOTHROW(files.save(r));
+  CHECK_FALSE(fs::exists(dir / "record.json"));  // moved aside as the previous generation
+  CHECK(files.read(dir.string())->attempt == 0);
+  // Space again: the next change writes the record and every step row.
+  fs::remove_all(dir / "record.json.tmp");
+  fs::remove_all(dir / "metrics.jsonl");
+  r.steps.push_back({{"step", 1}, {"loss", 5.25}});
+  files.appendStep(r, r.steps.back());
+  files.save(r);
+  const auto read = files.read(dir.string());
+  CHECK(read->attempt == 4);
+  CHECK(read->steps.size() == 2);
 }

@@ -13,6 +13,9 @@
 #          byte: it must read the previous generation and resume the job
 #   record-lost  the same with both generations damaged: the job is rebuilt from job.json
 #          and the checkpoints on disk, and resumed
+#   disk   the stage-1 daemon cannot write its next three checkpoints (an I/O error, as a full
+#          disk gives): training goes on, an event names each; then kill -9 it: the job
+#          resumes from the newest checkpoint written
 #   resume cancel the job, then `skytrain resume` it from its last checkpoint
 #   kill-tokens  the kill case, reading a pre-tokenised corpus (`skytrain data prepare`)
 # In the coord case `skytrain logs -f` follows the job throughout and must re-attach.
@@ -26,7 +29,7 @@ set -euo pipefail
 daemon=$1 cli=$2 corpus=$3
 shift 3
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost resume)
+[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost disk resume)
 work=$(mktemp -d)
 source "$(dirname "$0")/../../deploy/local-daemons.sh"
 cleanup() { stop_daemons; rm -rf "$tokens"; for p in $(cat "$work"/*.pid 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
@@ -119,7 +122,7 @@ fault, at = float('$3'), int('$4')
 events = s['events']
 lost = next((e for e in events if 'lost' in e['message'] or 'restarted' in e['message']), None)
 resumed = next((e for e in events if 'resuming from' in e['message'] or 'starting over' in e['message']), None)
-ckpt = next((e['message'] for e in events if 'checkpoint of step' in e['message']), '')
+ckpt = next((e['message'] for e in events if 'resuming from the checkpoint of step' in e['message']), '')
 import re
 m = re.search(r'checkpoint of step (\d+)', ckpt)
 from_step = int(m.group(1)) if m else 0
@@ -173,6 +176,20 @@ for c in "${cases[@]}"; do
       [ "$c" = record-lost ] && printf '{"id": "%s", "st' "$job" > "$work/a/jobs/$job/record.prev.json"
       pid_a=$(restart "$work/a")
       for _ in $(seq 100); do "$cli" list > /dev/null 2>&1 && break; sleep 0.1; done ;;
+    disk)
+      # A directory where each of the next three checkpoints' files would be made: the write
+      # fails with EISDIR, as one fails with ENOSPC on a full disk.
+      first=$(( (at + 20) / 5 * 5 + 4 ))  # far enough ahead that the job has not reached it
+      blocked=()
+      for s in $first $((first + 5)) $((first + 10)); do
+        d=$work/b/jobs/$job/checkpoints/step-$(printf %08d "$s")/stage-1.safetensors.tmp
+        mkdir -p "$d"; blocked+=("$d")
+      done
+      for _ in $(seq 600); do [ "$(steps_done "$job")" -ge $((first + 17)) ] && break; sleep 0.05; done
+      rm -rf "${blocked[@]}"
+      kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
+      sleep 1
+      pid_b=$(restart "$work/b") ;;
     corrupt)
       kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
       for f in $(ls -d "$work/b/jobs/$job/checkpoints"/step-* | sort | tail -2); do
@@ -198,6 +215,11 @@ for c in "${cases[@]}"; do
     story=$(status "$job")
     grep -q "falling back to the previous checkpoint" <<< "$story" || fail "no fall-back to an older checkpoint"
     grep -q "does not match its checksum" <<< "$story" || fail "the corrupted file was not named"
+  fi
+  if [ "$c" = disk ]; then
+    story=$(status "$job")
+    [ "$(grep -o 'not written' <<< "$story" | wc -l)" -ge 3 ] || fail "the unwritten checkpoints are not each an event"
+    find "$work/b/jobs/$job" -name '*.tmp' | grep -q . && fail "a partial checkpoint file was left behind"
   fi
   if [ "$c" = stop-coord ]; then
     story=$(status "$job")
