@@ -295,8 +295,12 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
     for (int s : table_.progress(jobId_).stagesDone) heartbeats.finished(s);
     if (auto lost = heartbeats.lost()) {
       // A stage that is done may be freed before its report is read here (a fan-in's
-      // producers finish first): give its report a moment before calling it lost.
-      const auto until = std::chrono::steady_clock::now() + kStageReportGrace;
+      // producers finish first): near the job's end, give its report a moment before
+      // calling it lost. Before that no stage can be done, and a loss is a loss at once.
+      const auto progress = table_.progress(jobId_);
+      const int64_t margin = static_cast<int64_t>(spec_.stages.size()) + spec_.maxStaleness + 2;
+      const bool nearEnd = progress.stepsDone + margin >= spec_.steps;
+      const auto until = std::chrono::steady_clock::now() + (nearEnd ? kStageReportGrace : std::chrono::milliseconds(0));
       while (!table_.progress(jobId_).stagesDone.count(lost->stage) && std::chrono::steady_clock::now() < until) {
         table_.waitForChange(jobId_, std::chrono::milliseconds(50));
       }

@@ -121,6 +121,7 @@ JobProgress JobTable::progress(const std::string& id) const {
   p.restarts = r.restarts;
   p.dryRun = r.dryRun;
   p.lastCheckpoint = r.checkpoints.empty() ? -1 : r.checkpoints.back();
+  p.stepsDone = static_cast<int64_t>(r.steps.size());
   p.stageFailure = r.reports.stageFailure;
   p.stagesDone = r.reports.stagesDone;
   p.allStagesDone = static_cast<int>(r.reports.stagesDone.size()) == protocol::slotCount(r.spec);

@@ -29,6 +29,7 @@ struct JobProgress {
   int restarts = 0;
   bool dryRun = false;
   int64_t lastCheckpoint = -1;  // the newest checkpoint every stage confirmed (-1: none)
+  int64_t stepsDone = 0;        // complete step rows
   // Of the current attempt: a stage's reported failure, and the slots that reported done.
   std::optional<std::string> stageFailure;
   std::set<int> stagesDone;

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -81,9 +82,11 @@ TEST_CASE("a third daemon cannot take a running job's frames, abort it or re-pre
 
   protocol::ControlClient user(context, a.control(), keys.as("user", a.publicKey()));
   const std::string job = user.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(5))["job"];
-  for (int i = 0; i < 200 && ping(context, b, keys.as("root", b.publicKey()))["hosted_stages"] != 1; ++i) {
+  // Until b hosts the job's stage 1 (its claim is on disk from the prepare on).
+  for (int i = 0; i < 200 && !std::filesystem::exists(b.dir() / "jobs" / job / "stage-1.owner.json"); ++i) {
     std::this_thread::sleep_for(milliseconds(50));
   }
+  std::this_thread::sleep_for(milliseconds(100));
   protocol::ControlClient third(context, b.control(), keys.as("tdc", b.publicKey()));
   // The victim's id (shown on /metrics), whatever the stage or attempt, with no proof, with
   // a proof of its own, or with the victim's proof (say it leaked): the id was made from the
