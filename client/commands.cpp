@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,6 +14,8 @@
 #include "client/format.h"
 #include "client/job_printer.h"
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/keys.h"
 #include "daemon/protocol/printable.h"
 #include "scheduler/error.h"
 
@@ -23,12 +27,17 @@ using protocol::Json;
 constexpr int kFailed = 1;
 constexpr int kRefused = 2;
 
+constexpr int kInterrupted = 130;  // 128 + SIGINT, as a shell reports it
+
+std::atomic<bool> interrupted{false};
+
+extern "C" void onInterrupt(int) {
+  interrupted = true;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the CLI at once
+}
+
 std::string readSpec(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot read job spec \"" + path + "\"");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return protocol::readBoundedFile(path, protocol::kMaxSpecBytes, "job spec");
 }
 
 
@@ -52,12 +61,27 @@ void printNew(JobPrinter& printer, const Json& status, Shown& shown) {
 // that stops answering (restarting under systemd) is waited for up to options.reattach,
 // then followed again from where the stream stopped.
 int streamUntilDone(protocol::ControlClient& client, const ClientOptions& options, const std::string& job,
-                    size_t shown = 0) {
+                    size_t shown = 0, bool interruptible = false) {
   JobPrinter printer(std::cout, outputModeFor(options.json, STDOUT_FILENO));
   Shown printed;
   auto lostSince = std::chrono::steady_clock::now();
   bool lost = false;
+  if (interruptible) std::signal(SIGINT, onInterrupt);
   while (true) {
+    if (interruptible && interrupted) {
+      std::signal(SIGINT, SIG_DFL);
+      std::cout << std::flush;
+      if (options.cancelOnInterrupt) {
+        const Json reply = client.request({{"type", protocol::kCancel}, {"job", job}}, options.timeout);
+        std::cerr << "\ninterrupted: job " << job << " " << reply["state"].get<std::string>() << " (--cancel-on-interrupt)\n";
+      } else {
+        std::cerr << "\ninterrupted: job " << job << " keeps running on the daemons.\n"
+                  << "  follow it:  skytrain logs -f " << job << "\n"
+                  << "  stop it:    skytrain cancel " << job << "\n"
+                  << "(submit --cancel-on-interrupt cancels the job on Ctrl-C instead)\n";
+      }
+      return kInterrupted;
+    }
     Json reply;
     try {
       reply = client.request({{"type", protocol::kStatus}, {"job", job}, {"since", shown}}, options.timeout);
@@ -84,11 +108,6 @@ int streamUntilDone(protocol::ControlClient& client, const ClientOptions& option
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-}
-
-std::string homeConfig(const std::string& file) {
-  const char* home = std::getenv("HOME");
-  return home ? std::string(home) + "/.config/skytrain/" + file : "";
 }
 
 std::string firstOf(const std::string& flag, const char* env, const std::string& fallback) {
@@ -119,18 +138,21 @@ protocol::ClientSecurity resolveSecurity(const IdentityOptions& identity, const 
   }
   protocol::ClientSecurity security;
   std::string keyFile = firstOf(identity.keyFile, "SKYTRAIN_KEY", "");
+  const std::string fallbackKey = protocol::userConfigPath("client.key");
+  if (keyFile.empty() && !fallbackKey.empty() && ::access(fallbackKey.c_str(), F_OK) == 0) keyFile = fallbackKey;
   if (keyFile.empty()) {
-    const std::string fallback = homeConfig("client.key");
-    if (!fallback.empty() && ::access(fallback.c_str(), F_OK) == 0) keyFile = fallback;
-  }
-  if (keyFile.empty()) {
-    throw Error("no key: give --key FILE or $SKYTRAIN_KEY (make one with `skytrain keygen NAME`), or --insecure "
-                "for an insecure loopback daemon");
+    throw Error("no key: give --key FILE or $SKYTRAIN_KEY, or put it at " +
+                (fallbackKey.empty() ? std::string("~/.config/skytrain/client.key") : fallbackKey) +
+                " (make one with `skytrain keygen client --dir " +
+                (fallbackKey.empty() ? std::string("~/.config/skytrain") : fallbackKey.substr(0, fallbackKey.rfind('/'))) +
+                "`), or --insecure for an insecure loopback daemon");
   }
   security.self = protocol::loadKeyPair(keyFile);
   security.serverKey = firstOf(identity.daemonKey, "SKYTRAIN_DAEMON_KEY", "");
-  if (security.serverKey.empty()) {
-    const std::string file = firstOf(identity.knownDaemons, "SKYTRAIN_KNOWN_DAEMONS", homeConfig("known_daemons"));
+  if (!security.serverKey.empty()) {
+    security.serverKey = protocol::publicKeyArgument(security.serverKey);
+  } else {
+    const std::string file = firstOf(identity.knownDaemons, "SKYTRAIN_KNOWN_DAEMONS", protocol::userConfigPath("known_daemons"));
     const auto known = protocol::loadKnownDaemons(file);
     auto it = known.find(daemon);
     if (it == known.end()) {
@@ -144,15 +166,82 @@ protocol::ClientSecurity resolveSecurity(const IdentityOptions& identity, const 
   return security;
 }
 
-int keygen(const std::string& name, const std::string& dir) {
+int keygen(const std::string& name, const std::string& dir, const std::string& role) {
   return guarded([&] {
     const auto keys = protocol::generateKeyPair(name);
     const std::string path = protocol::writeKeyPair(keys, dir);
-    std::cout << "wrote " << path << " (secret, mode 0600) and " << dir << "/" << name << ".pub\n"
+    const std::string pub = dir + "/" + name + ".pub";
+    std::cout << "wrote " << path << " (secret, mode 0600: it stays on this host) and " << pub << "\n"
               << "public key: " << keys.publicKey << "\n"
-              << "authorized_keys line for a daemon that admits it: " << keys.publicKey << " client " << name << "\n";
+              << "to admit it, on each daemon that should (role " << role << "):\n"
+              << "  skytrain authorize @" << pub << " --role " << role << " --file /etc/skytrain/authorized_keys\n";
+    if (role == "daemon") {
+      std::cout << "and to reach it by its control endpoint, on the other daemons and on users' machines:\n"
+                << "  skytrain trust tcp://HOST:7100 @" << pub << "\n";
+    }
     return 0;
   });
+}
+
+int authorize(const std::string& key, const std::string& role, std::string name, const std::string& file) {
+  return guarded([&] {
+    std::string fileName;
+    const std::string publicKey = protocol::publicKeyArgument(key, &fileName);
+    if (name.empty()) name = fileName;
+    if (name.empty()) throw Error("give --name NAME: a bare key carries no name");
+    const auto parsed = protocol::parseRole(role);
+    if (!parsed) throw Error("role \"" + role + "\" is unknown (valid: daemon, client, admin)");
+    if (!protocol::authorizeKey(file, {publicKey, *parsed, name})) {
+      std::cout << file << " already admits \"" << name << "\" as " << role << "\n";
+      return 0;
+    }
+    std::cout << "added to " << file << ": " << publicKey << " " << role << " " << name << "\n"
+              << "a running daemon rereads it on SIGHUP (systemctl reload skytraind)\n";
+    return 0;
+  });
+}
+
+int trust(const std::string& endpoint, const std::string& key, std::string file) {
+  return guarded([&] {
+    if (file.empty()) file = firstOf("", "SKYTRAIN_KNOWN_DAEMONS", protocol::userConfigPath("known_daemons"));
+    if (file.empty()) throw Error("no known daemons file: give --file, or set $HOME or $XDG_CONFIG_HOME");
+    const std::string publicKey = protocol::publicKeyArgument(key);
+    const std::string replaced = protocol::trustDaemon(file, endpoint, publicKey);
+    std::cout << (replaced.empty() ? "added to " : replaced == publicKey ? "already in " : "replaced in ") << file << ": "
+              << endpoint << " " << publicKey << "\n";
+    if (!replaced.empty() && replaced != publicKey) std::cout << "(it was " << replaced << ")\n";
+    return 0;
+  });
+}
+
+int validate(const std::string& specPath) {
+  return guarded([&] {
+    const protocol::JobSpec spec = protocol::parseJobSpec(readSpec(specPath));
+    std::cout << specPath << ": a valid job spec: \"" << protocol::printable(spec.name) << "\", " << spec.stages.size()
+              << " stages, " << spec.steps << " steps (checked here only: the daemons check keys, files and memory at submit)\n";
+    return 0;
+  });
+}
+
+std::string resolveJob(const ClientOptions& options, const std::string& job) {
+  if (job.size() == 16 && job.find_first_not_of("0123456789abcdef") == std::string::npos) return job;
+  if (job.empty() || job.size() > 16 || job.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw Error("\"" + protocol::printable(job.substr(0, 32)) + "\" is not a job id (16 hex digits, or the first few of them)");
+  }
+  zmq::context_t context;
+  protocol::ControlClient client(context, options.daemon, options.security);
+  const Json reply = client.request({{"type", protocol::kList}}, options.timeout);
+  std::vector<std::string> matches;
+  for (const auto& j : reply["jobs"]) {
+    const std::string id = j["id"];
+    if (id.rfind(job, 0) == 0) matches.push_back(id);
+  }
+  if (matches.size() == 1) return matches[0];
+  if (matches.empty()) throw Error("no job of yours on " + options.daemon + " starts with \"" + job + "\"");
+  std::string list;
+  for (size_t i = 0; i < matches.size() && i < 5; ++i) list += (i ? ", " : "") + matches[i];
+  throw Error("\"" + job + "\" is the start of " + std::to_string(matches.size()) + " jobs (" + list +
+              (matches.size() > 5 ? ", ..." : "") + "): give more of the id");
 }
 
 int submit(const ClientOptions& options, const std::string& specPath, bool detach) {
@@ -163,7 +252,7 @@ int submit(const ClientOptions& options, const std::string& specPath, bool detac
     const std::string job = reply["job"];
     std::cout << "submitted job " << job << " to " << options.daemon << "\n";
     if (detach) return 0;
-    return streamUntilDone(client, options, job);
+    return streamUntilDone(client, options, job, 0, true);
   });
 }
 
@@ -217,16 +306,32 @@ int status(const ClientOptions& options, const std::string& job, bool json) {
   });
 }
 
-int list(const ClientOptions& options) {
+int list(const ClientOptions& options, const ListOptions& listOptions) {
   return guarded([&] {
     zmq::context_t context;
     protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", protocol::kList}}, options.timeout);
-    std::printf("%-16s  %-10s  %-9s  %s\n", "JOB", "STATE", "STEP", "NAME");
+    std::vector<Json> jobs;
     for (const auto& job : reply["jobs"]) {
+      if (!listOptions.state.empty() && job.value("state", "") != listOptions.state) continue;
+      jobs.push_back(job);
+    }
+    // Newest first, as `docker ps` and `squeue` users expect to read them.
+    std::stable_sort(jobs.begin(), jobs.end(), [](const Json& a, const Json& b) {
+      return a.value("created_at", 0.0) > b.value("created_at", 0.0);
+    });
+    if (listOptions.json) {
+      std::cout << Json(jobs).dump(2) << "\n";
+      return 0;
+    }
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::printf("%-16s  %-10s  %-11s  %-8s  %s\n", "JOB", "STATE", "STEP", "AGE", "NAME");
+    for (const auto& job : jobs) {
       const std::string step = std::to_string(job["steps_done"].get<int>()) + "/" + std::to_string(job["steps_total"].get<int>());
-      std::printf("%-16s  %-10s  %-9s  %s\n", job["id"].get<std::string>().c_str(),
-                  job["state"].get<std::string>().c_str(), step.c_str(), protocol::printable(job["name"].get<std::string>()).c_str());
+      std::printf("%-16s  %-10s  %-11s  %-8s  %s\n", job["id"].get<std::string>().c_str(),
+                  job["state"].get<std::string>().c_str(), step.c_str(),
+                  formatAge(now - job.value("created_at", now)).c_str(),
+                  protocol::printable(job["name"].get<std::string>()).c_str());
     }
     return 0;
   });
@@ -251,9 +356,9 @@ int resume(const ClientOptions& options, const std::string& job, bool detach) {
     zmq::context_t context;
     protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", "resume"}, {"job", job}}, options.timeout);
-    std::cout << "resuming job " << job << " from step " << reply["from_step"] << "\n";
+    std::cout << "resuming job " << job << " after step " << reply["from_step"] << " (its last complete checkpoint)\n";
     if (detach) return 0;
-    return streamUntilDone(client, options, job, reply["from_step"].get<size_t>());
+    return streamUntilDone(client, options, job, reply["from_step"].get<size_t>(), true);
   });
 }
 

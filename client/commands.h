@@ -16,6 +16,12 @@ struct ClientOptions {
   std::chrono::seconds reattach{300};            // how long a waiting command waits for a silent daemon
   protocol::ClientSecurity security;             // from resolveSecurity
   bool json = false;                             // --json: JSON lines instead of text
+  bool cancelOnInterrupt = false;                // submit/resume: Ctrl-C cancels the job (else it detaches)
+};
+
+struct ListOptions {
+  bool json = false;
+  std::string state;  // only jobs in this state ("" = all)
 };
 
 // Where the CLI's identity comes from: flags, else the environment, else ~/.config/skytrain.
@@ -34,8 +40,17 @@ int guarded(const std::function<int()>& command);
 // is missing; an unknown daemon key is an error, never trusted on first use.
 protocol::ClientSecurity resolveSecurity(const IdentityOptions& identity, const std::string& daemon);
 
-// Writes DIR/NAME.key and DIR/NAME.pub and prints the public key.
-int keygen(const std::string& name, const std::string& dir);
+// Writes DIR/NAME.key and DIR/NAME.pub (making DIR, mode 0700) and prints the commands that
+// admit the key with `role` and, for a daemon's key, that trust it by endpoint.
+int keygen(const std::string& name, const std::string& dir, const std::string& role);
+// Adds "<key> <role> <name>" to an authorized_keys file. key: a Z85 key, @FILE or a .pub path.
+int authorize(const std::string& key, const std::string& role, std::string name, const std::string& file);
+// Sets "<endpoint> <key>" in a known_daemons file (default: the CLI's own).
+int trust(const std::string& endpoint, const std::string& key, std::string file);
+// Checks a job spec offline, with the daemons' own parser.
+int validate(const std::string& specPath);
+// A job id from an id or a unique prefix of one of the caller's jobs; throws skytrain::Error.
+std::string resolveJob(const ClientOptions& options, const std::string& job);
 
 // Submits the spec file; unless detach, streams one line per step and a summary, and
 // returns 0 when the job succeeds, 1 when it fails or is cancelled, 2 on a refused spec
@@ -45,7 +60,7 @@ int status(const ClientOptions& options, const std::string& job, bool json);
 // Dry run: the daemons build the stages and profile them, the coordinator prints the plan's
 // table, nothing trains. Returns 0 when a plan was made.
 int plan(const ClientOptions& options, const std::string& specPath);
-int list(const ClientOptions& options);
+int list(const ClientOptions& options, const ListOptions& listOptions);
 int cancel(const ClientOptions& options, const std::string& job);
 // The job's steps and events so far; with follow, streams until it ends (re-attaching to a
 // daemon that restarts).

@@ -1,7 +1,9 @@
 #include "client/export.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -40,7 +42,7 @@ uint64_t fetchStage(zmq::context_t& context, const ClientOptions& options, const
   const std::string endpoint = daemon.value("endpoint", std::string());
   protocol::ControlClient client(context, endpoint, security);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error("cannot write \"" + path + "\"");
+  if (!out) throw Error("cannot write \"" + path + "\": " + std::strerror(errno));
   protocol::ExportRead request;
   request.job = job;
   request.stage = stage;
@@ -64,7 +66,7 @@ uint64_t fetchStage(zmq::context_t& context, const ClientOptions& options, const
     request.offset += static_cast<int64_t>(chunk.size());
   } while (static_cast<uint64_t>(request.offset) < size);
   out.flush();
-  if (!out) throw Error("cannot write \"" + path + "\"");
+  if (!out) throw Error("cannot write \"" + path + "\": " + std::strerror(errno));
   return size;
 }
 
@@ -118,7 +120,8 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
     uint64_t bytes = 0;
     for (size_t i = 0; i < daemons.size(); ++i) {
       parts.push_back(out + ".stage-" + std::to_string(i) + ".part");
-      bytes += fetchStage(context, options, job, static_cast<int>(i), daemons[i], step, parts.back());
+      // The step's number is 1-based, as every interface shows it; the request carries its index.
+      bytes += fetchStage(context, options, job, static_cast<int>(i), daemons[i], step < 0 ? -1 : step - 1, parts.back());
     }
     const size_t tensors = mergeSafetensors(
         parts, merged,
@@ -153,9 +156,9 @@ int plot(const ClientOptions& options, const std::vector<std::string>& jobs, con
     {
       std::ofstream file(tmp, std::ios::trunc);
       file << svg;
-      if (!file.flush()) throw Error("cannot write \"" + tmp + "\"");
+      if (!file.flush()) throw Error("cannot write \"" + tmp + "\": " + std::strerror(errno));
     }
-    if (std::rename(tmp.c_str(), out.c_str()) != 0) throw Error("cannot write \"" + out + "\"");
+    if (std::rename(tmp.c_str(), out.c_str()) != 0) throw Error("cannot write \"" + out + "\": " + std::strerror(errno));
     std::cout << "wrote " << out << " (" << jobs.size() << (jobs.size() == 1 ? " job" : " jobs") << ")\n";
     return 0;
   });

@@ -7,6 +7,14 @@
 
 namespace skytrain::client {
 
+std::string formatAge(double seconds) {
+  if (seconds < 0) seconds = 0;
+  if (seconds < 120) return std::to_string(static_cast<int64_t>(seconds)) + "s";
+  if (seconds < 7200) return std::to_string(static_cast<int64_t>(seconds / 60)) + "m";
+  if (seconds < 172800) return std::to_string(static_cast<int64_t>(seconds / 3600)) + "h";
+  return std::to_string(static_cast<int64_t>(seconds / 86400)) + "d";
+}
+
 std::string formatBytes(double bytes) {
   const char* units[] = {"B", "kB", "MB", "GB", "TB"};
   int unit = 0;
@@ -23,7 +31,7 @@ std::string formatStep(const nlohmann::json& step, int stepsTotal) {
   char text[320];
   const double loss = step["loss"].is_number() ? step["loss"].get<double>() : 0.0;
   std::snprintf(text, sizeof text, "step %4d/%d  loss %.4f  lr %.2e  %8.0f tok/s  sent %s/step (raw %s)  %.3f s%s",
-                step["step"].get<int>() + 1, stepsTotal, loss, step.value("lr", 0.0), step["tokens_per_s"].get<double>(),
+                step["step"].get<int>(), stepsTotal, loss, step.value("lr", 0.0), step["tokens_per_s"].get<double>(),
                 formatBytes(step["bytes_sent"].get<double>()).c_str(),
                 formatBytes(step.value("bytes_raw", 0.0)).c_str(), step["step_s"].get<double>(),
                 step.value("skipped", false) ? "  SKIPPED (non-finite gradient)" : "");

@@ -8,6 +8,8 @@
 namespace skytrain::client {
 
 std::string formatBytes(double bytes);
+// "42s", "7m", "3h", "12d": how long ago, as `docker ps` shows it.
+std::string formatAge(double seconds);
 // "step 12/200  loss 3.4512  1234 tok/s  sent 1.05 MB/step  0.21 s"
 std::string formatStep(const nlohmann::json& step, int stepsTotal);
 std::string formatSummary(const nlohmann::json& job);

@@ -1,10 +1,11 @@
 #include "client/hf_export.h"
 
-#include <nlohmann/json.hpp>
-
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "compression/safetensors_header.h"
 #include "daemon/protocol/hf_layout.h"
@@ -45,7 +46,7 @@ void writeShard(const std::string& path, const std::vector<Item>& items, std::if
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error("cannot write \"" + path + "\"");
+  if (!out) throw Error("cannot write \"" + path + "\": " + std::strerror(errno));
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((static_cast<uint64_t>(text.size()) >> (8 * i)) & 0xff);
   out.write(length, 8);
@@ -74,13 +75,13 @@ void writeShard(const std::string& path, const std::vector<Item>& items, std::if
     out.write(target.data(), static_cast<std::streamsize>(target.size()));
   }
   out.flush();
-  if (!out) throw Error("cannot write \"" + path + "\"");
+  if (!out) throw Error("cannot write \"" + path + "\": " + std::strerror(errno));
 }
 
 void writeText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text << "\n";
-  if (!out.flush()) throw Error("cannot write \"" + path + "\"");
+  if (!out.flush()) throw Error("cannot write \"" + path + "\": " + std::strerror(errno));
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ void JobPrinter::event(const nlohmann::json& event) {
 void JobPrinter::eval(const nlohmann::json& eval) {
   if (mode_ == OutputMode::Json) return json("eval", eval);
   char text[160];
-  std::snprintf(text, sizeof text, "validation at step %lld: loss %.4f", static_cast<long long>(eval.value("step", 0)) + 1,
+  std::snprintf(text, sizeof text, "validation at step %lld: loss %.4f", static_cast<long long>(eval.value("step", 0)),
                 eval.value("loss", 0.0));
   std::string message = text;
   if (eval.contains("accuracy")) message += ", accuracy " + std::to_string(eval["accuracy"].get<double>());
@@ -101,7 +101,7 @@ void JobPrinter::step(const nlohmann::json& row, int stepsTotal) {
 }
 
 std::string JobPrinter::bar(const nlohmann::json& row, int stepsTotal, double secondsPerStep, int columns) {
-  const int done = row.value("step", 0) + 1;
+  const int done = row.value("step", 0);
   const double fraction = stepsTotal > 0 ? std::min(1.0, static_cast<double>(done) / stepsTotal) : 0.0;
   const auto found = row.find("loss");  // null on a skipped step; absent never, but a reply is not trusted
   const double loss = found != row.end() && found->is_number() ? found->get<double>() : NAN;

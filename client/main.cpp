@@ -1,13 +1,46 @@
 // skytrain: the command-line client of skytraind.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <set>
 
 #include "client/commands.h"
 #include "client/data_prepare.h"
 #include "client/export.h"
 #include "client/hf_export.h"
+#include "daemon/protocol/json_reader.h"
+
+namespace {
+
+constexpr int kUsage = 2;  // a usage error, as getopt-style tools exit
+
+// "skytrain sumbit job.json": the first word that is not an option (nor a global option's
+// value) and names no command. CLI11 would say only "A subcommand is required".
+int unknownCommand(const CLI::App& app, int argc, char** argv) {
+  static const std::set<std::string> kTakesValue = {"-k", "--key", "--daemon-key", "--known-daemons",
+                                                    "-d", "--daemon", "--timeout-ms"};
+  std::vector<std::string> names;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") return 0;
+    if (!word.empty() && word[0] == '-') {
+      if (kTakesValue.count(word)) ++i;
+      continue;
+    }
+    if (std::find(names.begin(), names.end(), word) != names.end()) return 0;
+    const std::string near = skytrain::protocol::nearest(word, names);
+    std::cerr << "error: \"" << word << "\" is not a skytrain command" << (near.empty() ? "" : "; did you mean \"" + near + "\"?")
+              << "\nrun `skytrain --help` for the commands\n";
+    return kUsage;
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"skytrain: submit and manage training jobs on skytraind daemons"};
@@ -32,12 +65,20 @@ int main(int argc, char** argv) {
   submit->add_option("spec", spec, "job spec (JSON file)")->required();
   submit->add_flag("--detach", detach, "return once the job is accepted");
   submit->add_flag("--json", options.json, "progress as JSON lines (plan, event, step, eval, summary)");
+  submit->add_flag("--cancel-on-interrupt", options.cancelOnInterrupt,
+                   "Ctrl-C cancels the job (by default the job keeps running and the CLI detaches)");
   auto* status = app.add_subcommand("status", "show a job's state and metrics");
   status->add_option("job", job, "job id")->required();
   status->add_flag("--json", json, "print the full status as JSON");
   auto* plan = app.add_subcommand("plan", "dry run: profile the stages and links, print the plan, train nothing");
   plan->add_option("spec", spec, "job spec (JSON file)")->required();
-  auto* list = app.add_subcommand("list", "list the jobs this daemon coordinates");
+  auto* validate = app.add_subcommand("validate", "check a job spec offline, with the daemons' own parser");
+  validate->add_option("spec", spec, "job spec (JSON file)")->required();
+  skytrain::client::ListOptions listOptions;
+  auto* list = app.add_subcommand("list", "list your jobs on this daemon, newest first (an admin sees all)");
+  list->add_flag("--json", listOptions.json, "print the jobs as a JSON array");
+  list->add_option("--state", listOptions.state, "only jobs in this state")
+      ->check(CLI::IsMember({"preparing", "running", "succeeded", "failed", "cancelled"}));
   auto* cancel = app.add_subcommand("cancel", "cancel a job (idempotent)");
   cancel->add_option("job", job, "job id")->required();
   bool follow = false;
@@ -85,8 +126,8 @@ int main(int argc, char** argv) {
   auto* exportCmd = app.add_subcommand("export", "write a job's weights, merged from every stage, as one safetensors file or a Hugging Face model directory");
   exportCmd->add_option("job", job, "job id")->required();
   exportCmd->add_option("-o,--output", out, "the .safetensors file to write (--format hf: the new directory)")->required();
-  exportCmd->add_option("--step", exportStep, "a complete checkpoint's step instead of the final weights")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  exportCmd->add_option("--step", exportStep, "the weights after step N (a complete checkpoint; see status) instead of the final ones")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   std::string exportFormat = "safetensors", shardSize = "5GB";
   exportCmd->add_option("--format", exportFormat, "safetensors (one file, skytrain names) or hf (a Hugging Face model directory)")
       ->check(CLI::IsMember({"safetensors", "hf"}))
@@ -95,15 +136,46 @@ int main(int argc, char** argv) {
   auto* resume = app.add_subcommand("resume", "restart a failed or cancelled job from its last complete checkpoint");
   resume->add_option("job", job, "job id")->required();
   resume->add_flag("--detach", detach, "return once the job is resumed");
-  std::string keyName, keyDir = ".";
+  resume->add_flag("--cancel-on-interrupt", options.cancelOnInterrupt, "Ctrl-C cancels the job (else it keeps running)");
+  std::string keyName, keyDir = ".", role = "client";
   auto* keygen = app.add_subcommand("keygen", "write a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub");
   keygen->add_option("name", keyName, "key name (A-Z a-z 0-9 . _ -)")->required();
-  keygen->add_option("--dir", keyDir, "where to write the files")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  keygen->add_option("--dir", keyDir, "where to write the files (created, mode 0700, if missing)")->capture_default_str();
+  keygen->add_option("--role", role, "what the key is for: client, admin or daemon (sets the hints it prints)")
+      ->check(CLI::IsMember({"client", "admin", "daemon"}))->capture_default_str();
+  std::string publicKey, keyOwner, keysFile = "/etc/skytrain/authorized_keys";
+  auto* authorize = app.add_subcommand("authorize", "admit a public key: add \"<key> <role> <name>\" to a daemon's authorized_keys");
+  authorize->add_option("key", publicKey, "the public key, @FILE or a NAME.pub path")->required();
+  authorize->add_option("--role", role, "daemon, client or admin")->required()
+      ->check(CLI::IsMember({"client", "admin", "daemon"}));
+  authorize->add_option("--name", keyOwner, "the name logs give it (default: the name in the .pub file)");
+  authorize->add_option("--file", keysFile, "the authorized_keys file (created if missing)")->capture_default_str();
+  std::string endpoint, knownFile;
+  auto* trust = app.add_subcommand("trust", "know a daemon by its endpoint: set \"<endpoint> <key>\" in a known_daemons file");
+  trust->add_option("endpoint", endpoint, "the daemon's control endpoint, tcp://HOST:PORT")->required();
+  trust->add_option("key", publicKey, "its public key, @FILE or a NAME.pub path")->required();
+  trust->add_option("--file", knownFile, "the known_daemons file (default $SKYTRAIN_KNOWN_DAEMONS, else "
+                                         "$XDG_CONFIG_HOME/skytrain/known_daemons or ~/.config/skytrain/known_daemons)");
+  if (const int code = unknownCommand(app, argc, argv)) return code;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and a pointer to --help
+    return kUsage;
+  }
   options.timeout = std::chrono::milliseconds(timeoutMs);
 
   namespace client = skytrain::client;
-  if (*keygen) return client::keygen(keyName, keyDir);
+  if (*keygen) return client::keygen(keyName, keyDir, role);
+  if (*authorize) return client::authorize(publicKey, role, keyOwner, keysFile);
+  if (*trust) return client::trust(endpoint, publicKey, knownFile);
+  if (*validate) return client::validate(spec);
   if (*prepareCmd) {
     try {
       prepare.shardTokens = client::parseCount(shardTokens);
@@ -119,10 +191,17 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
   }
+  try {  // job ids may be given by a unique prefix, as git takes commits
+    if (!job.empty()) job = client::resolveJob(options, job);
+    for (auto& j : jobs) j = client::resolveJob(options, j);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
   if (*submit) return client::submit(options, spec, detach);
   if (*status) return client::status(options, job, json);
   if (*plan) return client::plan(options, spec);
-  if (*list) return client::list(options);
+  if (*list) return client::list(options, listOptions);
   if (*cancel) return client::cancel(options, job);
   if (*logs) return client::logs(options, job, follow);
   if (*resume) return client::resume(options, job, detach);

@@ -175,7 +175,7 @@ std::string renderPlot(const std::vector<json>& jobs, const PlotOptions& options
     double start = steps.empty() ? 0 : numberOr(steps[0], "time", 0) - numberOr(steps[0], "step_s", 0);
     double elapsed = 0;
     auto xOf = [&](const json& row) {
-      if (options.x == PlotAxis::Step) return numberOr(row, "step", 0) + 1;
+      if (options.x == PlotAxis::Step) return numberOr(row, "step", 0);
       if (row.contains("time")) return numberOr(row, "time", 0) - start;
       return elapsed;  // records from before steps were timed: the sum of step times
     };
@@ -194,7 +194,7 @@ std::string renderPlot(const std::vector<json>& jobs, const PlotOptions& options
     for (const auto& eval : job.value("evals", json::array())) {
       const double l = numberOr(eval, "loss", NAN);
       if (!std::isfinite(l)) continue;
-      double x = numberOr(eval, "step", 0) + 1;
+      double x = numberOr(eval, "step", 0);
       if (options.x == PlotAxis::WallClock) x = eval.contains("time") ? numberOr(eval, "time", 0) - start : NAN;
       if (std::isfinite(x)) validation.push_back({x, l});
     }

@@ -49,6 +49,13 @@ void checkCodecs(const protocol::JobSpec& spec) {
   }
 }
 
+// Why a key may not make a request: which key, its name and role here, and the role needed.
+std::string roleProblem(const Caller& caller, const std::string& needed) {
+  return "the key " + caller.key.substr(0, 8) + "... is in this daemon's authorized_keys as '" + caller.name +
+         "' with role " + protocol::toString(caller.role) + "; this request needs role " + needed +
+         " (a daemon's own key must be listed as \"<key> daemon <name>\": skytrain authorize --role daemon)";
+}
+
 }  // namespace
 
 MemoryBudget memoryBudget(const DaemonConfig& config) {
@@ -112,7 +119,7 @@ Daemon::Daemon(DaemonConfig config)
     // Jobs, then refusals; the server adds the process's own family last.
     metrics_ = std::make_unique<MetricsServer>(
         config_.metricsAddress, std::vector<std::shared_ptr<prometheus::Collectable>>{
-                                    std::make_shared<JobCollector>(*jobs_), std::make_shared<RefusalCollector>(counters_)});
+                                    std::make_shared<JobCollector>(*jobs_, config_.metricsRetentionS), std::make_shared<RefusalCollector>(counters_)});
   }
   Json endpoints = {{"control", controlEndpoint_}, {"data", dataEndpoint_}, {"pid", ::getpid()}};
   if (metrics_) endpoints["metrics_port"] = metrics_->port();
@@ -268,7 +275,7 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
                             std::holds_alternative<StageAbort>(request) || std::holds_alternative<StagePlan>(request) ||
                             std::holds_alternative<StageProfile>(request) ||
                             std::holds_alternative<StageHeartbeat>(request);
-  if (stageRequest && !caller.isDaemon()) refuse(typeName(request) + " is for daemons");
+  if (stageRequest && !caller.isDaemon()) refuse(typeName(request) + " is for daemons: " + roleProblem(caller, "daemon"));
   if (const auto* m = std::get_if<StagePrepare>(&request)) return stages_->prepare(*m, caller.key);
   if (const auto* m = std::get_if<StageStart>(&request)) return stages_->start(*m, caller.key);
   if (const auto* m = std::get_if<StageAbort>(&request)) return stages_->abort(*m, caller.key);
@@ -279,7 +286,7 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
     checkStageSender(*m, caller, "rendezvous store request");
     return jobs_->store(*m);
   }
-  if (!caller.isUser()) refuse(typeName(request) + " is for clients");
+  if (!caller.isUser()) refuse(typeName(request) + " is for clients: " + roleProblem(caller, "client or admin"));
   if (const auto* m = std::get_if<Submit>(&request)) return submit(*m, caller);
   if (const auto* m = std::get_if<Status>(&request)) {
     checkOwner(m->job, caller, "reading");
@@ -349,7 +356,9 @@ Json Daemon::resume(const protocol::Resume& request, const Caller& caller) {
   reapCoordinators();
   if (coordinators_.count(request.job)) throw Error("job " + request.job + " is still being coordinated");
   if (!jobs_->reopen(request.job, "resumed by " + caller.describe())) {
-    throw Error("job " + request.job + " is " + toString(jobs_->state(request.job)) + ": only a failed or cancelled job resumes");
+    const JobState state = jobs_->state(request.job);
+    throw Error("job " + request.job + (state == JobState::Succeeded ? " has succeeded" : " is " + toString(state)) +
+                ": only a failed or cancelled job resumes");
   }
   coordinate(request.job, /*resume=*/true);
   return {{"ok", true}, {"job", request.job}, {"from_step", jobs_->progress(request.job).lastCheckpoint + 1}};

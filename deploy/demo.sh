@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # The demo: installs, builds, starts two skytraind daemons on this machine (stage 0 and
 # stage 1, as if in two clouds), submits a GPT language model on the World English Bible
-# and streams its training. Usage: bash deploy/demo.sh [job.json]
+# and streams its training, then prints what to try next. Usage:
+#   bash deploy/demo.sh [--keep] [job.json]
+# --keep leaves the two daemons running after the job (stop them with the kill it prints).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-job_template=${1:-deploy/jobs/gpt-web.json}
+keep=0 job_template=deploy/jobs/gpt-web.json
+for arg in "$@"; do
+  case $arg in
+    --keep) keep=1 ;;
+    -*) echo "usage: bash deploy/demo.sh [--keep] [job.json]" >&2; exit 2 ;;
+    *) job_template=$arg ;;
+  esac
+done
 
 bash deploy/install-deps.sh
 bash deploy/build.sh
@@ -14,7 +23,7 @@ corpus=$root/build/data/web.txt
 deploy/get-corpus.sh "$corpus"
 
 source deploy/local-daemons.sh
-trap stop_daemons EXIT
+[ "$keep" = 1 ] || trap stop_daemons EXIT
 # Keys as in production: a key pair per daemon and for the user, each daemon admitting the
 # others (authorized_keys) and knowing them by endpoint (known_daemons).
 rm -rf "$demo/keys"
@@ -33,4 +42,23 @@ spec = json.load(open(sys.argv[1]))
 spec["data"]["files"] = [sys.argv[2]]
 json.dump(spec, open(sys.argv[3], "w"), indent=2)
 PY
-build/client/skytrain --daemon tcp://127.0.0.1:7100 submit "$demo/job.json"
+status=0
+build/client/skytrain --daemon tcp://127.0.0.1:7100 submit "$demo/job.json" || status=$?
+job=$(build/client/skytrain --daemon tcp://127.0.0.1:7100 list --json |
+      python3 -c 'import json, sys; jobs = json.load(sys.stdin); print(jobs[0]["id"] if jobs else "JOB")')
+cat <<NEXT
+
+Next, with the demo's keys (in the shell you run them from):
+  export PATH=$root/build/client:\$PATH SKYTRAIN_DAEMON=tcp://127.0.0.1:7100 \\
+         SKYTRAIN_KEY=$SKYTRAIN_KEY SKYTRAIN_KNOWN_DAEMONS=$SKYTRAIN_KNOWN_DAEMONS
+  skytrain status $job               # the summary, the plan, the events
+  skytrain plot $job -o curves.svg   # loss, tokens/s and bytes per step
+  skytrain export $job -o model.safetensors
+NEXT
+if [ "$keep" = 1 ]; then
+  echo "The daemons keep running (--keep): logs in $demo/stage*/daemon.log; stop them with: kill ${daemon_pids[*]}"
+else
+  echo "The daemons stop now; bash deploy/demo.sh --keep leaves them running for the commands above."
+  echo "Your own daemons and jobs, step by step: docs/quickstart.md"
+fi
+exit "$status"

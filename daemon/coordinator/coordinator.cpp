@@ -134,7 +134,7 @@ void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step
   record["calibration"] = calibration_;
   describeStages(record, profiles);
   table_.setPlan(jobId_, std::move(record), step, reason);
-  spdlog::info("job {}: plan from step {} ({}): m={} {} predicted {:.4f} s/step", jobId_, step, reason,
+  spdlog::info("job {}: plan from step {} ({}): m={} {} predicted {:.4f} s/step", jobId_, step + 1, reason,
                chosen.chosen.microBatches, scheduler::toString(chosen.chosen.schedule), chosen.chosen.stepSeconds);
   if (table_.progress(jobId_).dryRun) return;
   nlohmann::json message = {{"type", protocol::kStagePlan}, {"micro_batches", chosen.chosen.microBatches},
@@ -206,7 +206,7 @@ void Coordinator::run() {
       }
       table_.countRestart(jobId_);
       if (!waitForStages()) {
-        throw Error("a stage daemon did not answer within " + std::to_string(spec_.failure.restartTimeoutS) +
+        throw Error("a stage daemon did not answer within " + fmt::format("{:g}", spec_.failure.restartTimeoutS) +
                     " s (failure.restart_timeout_s) after: " + why);
       }
       ++attempt;
@@ -334,7 +334,7 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       char text[160];
       std::snprintf(text, sizeof text, "re-plan: measured %.4f s/step vs predicted %.4f s for %d steps", measured,
                     predictedStepSeconds_, kReplanPatience);
-      spdlog::info("job {}: {}; profiling again before step {}", jobId_, text, at);
+      spdlog::info("job {}: {}; profiling again before step {}", jobId_, text, at + 1);
       if (requestProfiles(at)) {
         profileStep = at;
         reason = text;

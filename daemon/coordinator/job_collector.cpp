@@ -7,6 +7,7 @@
 
 #include "daemon/coordinator/job_table.h"
 #include "daemon/ops/metric_families.h"
+#include "daemon/ops/timing.h"
 
 namespace skytrain::daemon {
 namespace {
@@ -19,7 +20,7 @@ void addJob(Families& f, const JobMetrics& job) {
   const auto gauge = [&](const char* name, const char* help, const std::optional<double>& value) {
     if (value) f.add(name, MetricType::Gauge, help, labels, *value);
   };
-  if (job.step) gauge("skytrain_job_step", "Last complete step of the job (0-based).", static_cast<double>(*job.step));
+  if (job.step) gauge("skytrain_job_step", "Number of the last complete step of the job (1-based: the 20th step is 20, as status and logs show it).", static_cast<double>(*job.step));
   gauge("skytrain_job_train_loss", "Training loss of the last complete step.", job.trainLoss);
   gauge("skytrain_job_validation_loss", "Loss on the held-out data at the last validation pass.", job.validationLoss);
   gauge("skytrain_job_tokens_per_second", "Tokens trained per second in the last complete step.", job.tokensPerSecond);
@@ -72,7 +73,11 @@ std::vector<prometheus::MetricFamily> JobCollector::Collect() const {
       f.add("skytrain_jobs", MetricType::Gauge, "Jobs this daemon coordinates, by state.", {{"state", toString(state)}},
             count);
     }
-    for (const auto& job : jobs) addJob(f, job);
+    const double now = wallSeconds();
+    for (const auto& job : jobs) {
+      if (retentionS_ > 0 && job.finishedAt > 0 && now - job.finishedAt > retentionS_) continue;
+      addJob(f, job);
+    }
   } catch (const std::exception&) {
     // A scrape never fails the daemon: the families after these (refusals, the process's)
     // still go out.

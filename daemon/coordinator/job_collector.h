@@ -18,13 +18,16 @@ class JobTable;
 
 class JobCollector : public prometheus::Collectable {
  public:
-  // The table must outlive the collector.
-  explicit JobCollector(const JobTable& jobs) : jobs_(jobs) {}
+  // The table must outlive the collector. A job that ended more than retentionS ago has no
+  // series any more (it still counts in skytrain_jobs): a long-lived daemon does not export
+  // every job it ever ran. 0: kept forever.
+  explicit JobCollector(const JobTable& jobs, double retentionS = 0) : jobs_(jobs), retentionS_(retentionS) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   const JobTable& jobs_;
+  double retentionS_;
 };
 
 }  // namespace skytrain::daemon

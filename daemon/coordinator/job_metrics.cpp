@@ -20,12 +20,13 @@ JobMetrics jobMetrics(const JobRecord& r, double now) {
   m.name = r.spec.name;
   m.state = r.state;
   m.restarts = r.restarts;
+  m.finishedAt = isTerminal(r.state) ? r.finishedAt : 0;
   for (const auto& e : r.events) m.failures += e.value("failure", false) ? 1 : 0;
   m.stages = r.totals;
   m.stages.resize(r.spec.stages.size());
   if (!r.steps.empty()) {
     const Json& last = r.steps.back();
-    m.step = last.value("step", int64_t{0});
+    m.step = last.value("step", int64_t{0}) + 1;  // its number, as every interface shows it
     m.trainLoss = number(last, "loss");
     m.tokensPerSecond = number(last, "tokens_per_s");
     m.stepSeconds = number(last, "step_s");

@@ -23,6 +23,7 @@ struct JobMetrics {
   std::optional<double> bubble, predictedBubble, checkpointAgeSeconds;
   std::vector<StageTotals> stages;
   std::vector<std::pair<double, double>> links;  // the plan's: bandwidth (bytes/s), round trip (s)
+  double finishedAt = 0;  // wall-clock seconds when it ended; 0 while it runs
 };
 
 // The record's figures at wall-clock time `now` (for the checkpoint's age).

@@ -5,6 +5,20 @@
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
+namespace {
+
+// A copy of rows with row[key], a step's index, made its number (1-based).
+Json numbered(const std::vector<Json>& rows, const char* key, size_t from = 0) {
+  Json out = Json::array();
+  for (size_t i = from; i < rows.size(); ++i) {
+    Json row = rows[i];
+    if (row.contains(key) && row[key].is_number_integer()) row[key] = row[key].get<int64_t>() + 1;
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string toString(JobState state) {
   switch (state) {
@@ -95,13 +109,19 @@ Json JobRecord::header() const {
           {"finished_at", finishedAt}};
 }
 
-Json JobRecord::status(size_t sinceStep) const {
+Json JobRecord::listing() const {
   Json job = header();
-  job["steps"] = Json::array();
-  for (size_t i = sinceStep; i < steps.size(); ++i) job["steps"].push_back(steps[i]);
-  job["evals"] = evals;
+  job["checkpoints"] = Json::array();
+  for (int64_t step : checkpoints) job["checkpoints"].push_back(step + 1);
+  return job;
+}
+
+Json JobRecord::status(size_t sinceStep) const {
+  Json job = listing();
+  job["steps"] = numbered(steps, "step", sinceStep);
+  job["evals"] = numbered(evals, "step");
   job["summary"] = summary();
-  job["plans"] = plans;
+  job["plans"] = numbered(plans, "from_step");
   job["events"] = events;
   job["spec"] = specText;  // the owner's own spec: `export --format hf` writes config.json from it
   // Where each stage's weights are, for `skytrain export` (the keys are those this daemon

@@ -78,9 +78,14 @@ struct JobRecord {
   static JobRecord fromDocument(const Json& doc);
   Json document() const;
 
-  // What list shows of the job, and what status adds to it: the step rows from sinceStep,
-  // evals, summary, plans, events and where each stage's weights are.
+  // The record's own fields, as record.json keeps them: steps are counted from 0 (the
+  // index the engine samples by).
   Json header() const;
+  // What list shows of the job, and what status adds to it: the step rows from sinceStep,
+  // evals, summary, plans, events and where each stage's weights are. Every step here is
+  // numbered from 1, as people read them ("step 20" is the 20th, and its checkpoint
+  // step-00000020): the one numbering of every interface.
+  Json listing() const;
   Json status(size_t sinceStep) const;
   // Final loss, throughput, bytes, and predicted against measured step time and bubble
   // under the plan in force; {} before the first step.

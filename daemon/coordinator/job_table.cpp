@@ -13,6 +13,8 @@
 namespace skytrain::daemon {
 namespace {
 
+constexpr double kDryRunKeptS = 600;  // how long a finished dry run's plan stays readable
+
 }  // namespace
 
 JobTable::JobTable(std::string stateDir, std::string selfKey) : files_(std::move(stateDir)), selfKey_(std::move(selfKey)) {}
@@ -55,6 +57,12 @@ std::string JobTable::create(const protocol::JobSpec& spec, const std::string& s
                              bool dryRun) {
   SKYTRAIN_CHECK(static_cast<int>(stageKeys.size()) == protocol::slotCount(spec), "one key per stage and replica");
   std::lock_guard<std::mutex> lock(mutex_);
+  // Dry runs are kept only until their plan has surely been read.
+  for (auto it = records_.begin(); it != records_.end();) {
+    const JobRecord& old = it->second;
+    const bool stale = old.dryRun && isTerminal(old.state) && wallSeconds() - old.finishedAt > kDryRunKeptS;
+    it = stale ? records_.erase(it) : std::next(it);
+  }
   JobRecord r;
   r.dryRun = dryRun;
   r.ownerKey = std::move(owner.first);
@@ -103,7 +111,8 @@ Json JobTable::list(const std::optional<std::string>& owner) const {
   std::lock_guard<std::mutex> lock(mutex_);
   Json jobs = Json::array();
   for (const auto& entry : records_) {
-    if (!owner || entry.second.ownerKey == *owner) jobs.push_back(entry.second.header());
+    if (entry.second.dryRun) continue;  // `skytrain plan` is not a job
+    if (!owner || entry.second.ownerKey == *owner) jobs.push_back(entry.second.listing());
   }
   return jobs;
 }

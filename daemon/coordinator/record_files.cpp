@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "daemon/ops/checkpoint_dirs.h"
 #include "daemon/ops/files.h"
 #include "scheduler/error.h"
 
@@ -56,9 +57,7 @@ JobRecord rebuilt(const std::string& dir) {
   JobRecord r = JobRecord::fromDocument(checkedDocument(dir + "/job.json"));
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir + "/checkpoints", ec)) {
-    const std::string name = entry.path().filename().string();
-    long long step = -1;
-    if (std::sscanf(name.c_str(), "step-%lld", &step) == 1 && step >= 0) r.checkpoints.push_back(step);
+    if (const int64_t step = checkpointStepOf(entry.path().string()); step >= 0) r.checkpoints.push_back(step);
   }
   std::sort(r.checkpoints.begin(), r.checkpoints.end());
   return r;
@@ -115,7 +114,9 @@ std::optional<JobRecord> RecordFiles::read(const std::string& dir, std::string* 
   return r;
 }
 
+// A dry run (`skytrain plan`) is not a job: it lives in memory only, never on disk.
 void RecordFiles::create(const JobRecord& r) const {
+  if (r.dryRun) return;
   makeDirectories(jobDir(r.id));
   Json job = {{"id", r.id},           {"spec", r.specText},          {"state", toString(JobState::Preparing)},
               {"owner_key", r.ownerKey}, {"owner", r.ownerName},     {"stage_keys", r.stageKeys},
@@ -134,6 +135,7 @@ void RecordFiles::writeRecord(const JobRecord& r) const {
 }
 
 void RecordFiles::save(const JobRecord& r) const {
+  if (r.dryRun) return;
   try {
     writeRecord(r);
   } catch (const std::exception& e) {
@@ -144,6 +146,7 @@ void RecordFiles::save(const JobRecord& r) const {
 }
 
 void RecordFiles::appendStep(const JobRecord& r, const Json& row) const {
+  if (r.dryRun) return;
   if (stepsBehind_.count(r.id)) return rewriteSteps(r);  // r.steps holds this row already
   try {
     appendLine(jobDir(r.id) + "/metrics.jsonl", line(row));
@@ -154,6 +157,7 @@ void RecordFiles::appendStep(const JobRecord& r, const Json& row) const {
 }
 
 void RecordFiles::rewriteSteps(const JobRecord& r) const {
+  if (r.dryRun) return;
   std::string rows;
   for (const auto& row : r.steps) rows += line(row) + "\n";
   try {

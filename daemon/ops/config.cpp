@@ -35,6 +35,7 @@ DaemonConfig parseDaemonConfig(const std::string& text) {
   c.advertiseDataEndpoint = r.string("advertise_data_endpoint", c.advertiseDataEndpoint);
   c.stateDir = r.string("state_dir", c.stateDir);
   c.metricsAddress = r.string("metrics_address", c.metricsAddress);
+  c.metricsRetentionS = r.number("metrics_retention_s", c.metricsRetentionS, 0, 1e9);
   c.secretKeyFile = r.string("secret_key_file", "");
   c.authorizedKeys = r.string("authorized_keys", "");
   c.knownDaemons = r.string("known_daemons", "");

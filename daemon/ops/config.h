@@ -23,6 +23,9 @@ struct DaemonConfig {
   // the state dir's endpoints.json). It shows job names and figures but accepts no
   // commands; keep it on loopback or the cluster's private network. Empty: not served.
   std::string metricsAddress = "127.0.0.1:7102";
+  // How long a finished job's series stay in /metrics (seconds; 0: forever). Its record,
+  // status and logs stay regardless.
+  double metricsRetentionS = 86400;
   // CURVE identity: this daemon's secret key file (skytrain keygen), the keys it admits
   // ("<public key> <role> <name>" lines, reloaded on SIGHUP) and the public keys of the
   // daemons it connects to ("<control endpoint> <public key>" lines).

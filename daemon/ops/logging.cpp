@@ -7,9 +7,12 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <string_view>
 
 namespace skytrain::daemon {
 namespace {
@@ -55,6 +58,46 @@ class PrintableMessageFlag : public spdlog::custom_flag_formatter {
   static constexpr size_t kMaxLoggedBytes = 16384;
 };
 
+// The fields a log shipper filters by, from the words every message uses for them: "job
+// <16 hex digits>", "stage <n>", "step <n>", "attempt <n>", "replica <n>" (the first of
+// each), and the peer named "'<name>' (daemon|client|admin)".
+nlohmann::json messageFields(std::string_view text) {
+  nlohmann::json fields = nlohmann::json::object();
+  auto isDigit = [](char c) { return c >= '0' && c <= '9'; };
+  auto isHex = [&](char c) { return isDigit(c) || (c >= 'a' && c <= 'f'); };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (i > 0 && std::isalnum(static_cast<unsigned char>(text[i - 1]))) continue;  // words only
+    for (const char* word : {"job", "stage", "step", "attempt", "replica"}) {
+      const size_t n = std::strlen(word);
+      if (text.compare(i, n + 1, std::string(word) + " ") != 0 || fields.contains(word)) continue;
+      size_t end = i + n + 1;
+      if (std::string_view(word) == "job") {
+        while (end < text.size() && isHex(text[end])) ++end;
+        if (end - (i + n + 1) == 16 && (end == text.size() || !std::isalnum(static_cast<unsigned char>(text[end])))) {
+          fields["job"] = std::string(text.substr(i + n + 1, 16));
+        }
+      } else {
+        while (end < text.size() && end - (i + n + 1) < 12 && isDigit(text[end])) ++end;
+        if (end > i + n + 1 && (end == text.size() || !std::isalnum(static_cast<unsigned char>(text[end])))) {
+          fields[word] = std::stoll(std::string(text.substr(i + n + 1, end - (i + n + 1))));
+        }
+      }
+    }
+    if (text[i] == '\'' && !fields.contains("peer")) {
+      const size_t close = text.find('\'', i + 1);
+      if (close != std::string_view::npos && close - i <= 65) {
+        for (const char* role : {" (daemon)", " (client)", " (admin)"}) {
+          if (text.compare(close + 1, std::strlen(role), role) == 0) {
+            fields["peer"] = std::string(text.substr(i + 1, close - i - 1));
+            break;
+          }
+        }
+      }
+    }
+  }
+  return fields;
+}
+
 class JsonFormatter : public spdlog::formatter {
  public:
   explicit JsonFormatter(bool priorityPrefix) : priorityPrefix_(priorityPrefix) {}
@@ -70,10 +113,11 @@ class JsonFormatter : public spdlog::formatter {
     const size_t n = std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &utc);
     std::snprintf(stamp + n, sizeof stamp - n, ".%03dZ", static_cast<int>(millis));
     const auto level = spdlog::level::to_string_view(msg.level);
-    const nlohmann::json record = {{"time", stamp},
-                                   {"level", std::string(level.data(), level.size())},
-                                   {"thread", msg.thread_id},
-                                   {"message", std::string(msg.payload.data(), msg.payload.size())}};
+    nlohmann::json record = {{"time", stamp},
+                             {"level", std::string(level.data(), level.size())},
+                             {"thread", msg.thread_id},
+                             {"message", std::string(msg.payload.data(), msg.payload.size())}};
+    record.update(messageFields(std::string_view(msg.payload.data(), msg.payload.size())));
     const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     dest.append(line.data(), line.data() + line.size());
     dest.push_back('\n');
@@ -106,7 +150,7 @@ std::unique_ptr<spdlog::formatter> makeTextFormatter(bool priorityPrefix) {
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
   formatter->add_flag<PriorityFlag>('*');
   formatter->add_flag<PrintableMessageFlag>('&');
-  formatter->set_pattern(priorityPrefix ? "%*[%l] %&" : "[%Y-%m-%d %H:%M:%S.%e] [%l] %&");
+  formatter->set_pattern(priorityPrefix ? "%*[%l] %&" : "[%Y-%m-%d %H:%M:%S.%e %z] [%l] %&");
   return formatter;
 }
 

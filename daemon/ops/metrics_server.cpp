@@ -8,6 +8,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <thread>
 
+#include "daemon/ops/checkpoint_dirs.h"
 #include "daemon/ops/metric_families.h"
 #include "scheduler/error.h"
 
@@ -36,10 +38,31 @@ double residentBytes() {
   return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
-// This process's own families, after the collectables' in every scrape.
+// CPU seconds (user + system) this process has used.
+double cpuSeconds() {
+  rusage usage{};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+// When this process started, in seconds since the epoch (read once: it does not change).
+double startTimeSeconds() {
+  static const double start =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return start;
+}
+
+// This process's own families, after the collectables' in every scrape (the names and
+// meanings of Prometheus's client libraries, so their dashboards apply).
 std::vector<MetricFamily> processFamilies() {
   Families f;
   f.add("process_resident_memory_bytes", MetricType::Gauge, "Resident memory of skytraind.", {}, residentBytes());
+  f.add("process_cpu_seconds_total", MetricType::Counter, "User and system CPU time skytraind has used.", {}, cpuSeconds());
+  f.add("process_start_time_seconds", MetricType::Gauge, "When skytraind started, in seconds since the Unix epoch.", {},
+        startTimeSeconds());
+  f.add("skytrain_build_info", MetricType::Gauge, "Always 1; its labels name the build of skytraind that serves it.",
+        {{"version", SKYTRAIN_VERSION}, {"checkpoint_format", std::to_string(kCheckpointFormat)}}, 1);
   return f.take();
 }
 
@@ -166,9 +189,12 @@ struct MetricsServer::Impl {
   }
 
   std::string answer(const std::string& line) const {
-    if (line.rfind("GET ", 0) != 0) return response("405 Method Not Allowed", "text/plain", "only GET /metrics\n");
+    if (line.rfind("GET ", 0) != 0) return response("405 Method Not Allowed", "text/plain", "only GET /metrics and /healthz\n");
+    // Liveness, for a load balancer or a Kubernetes probe: answered by the daemon's serving
+    // thread, so a hung or stopped daemon does not answer it.
+    if (line.rfind("GET /healthz ", 0) == 0) return response("200 OK", "text/plain", "ok\n");
     if (line.rfind("GET /metrics ", 0) != 0 && line.rfind("GET /metrics?", 0) != 0) {
-      return response("404 Not Found", "text/plain", "skytraind serves /metrics only\n");
+      return response("404 Not Found", "text/plain", "skytraind serves /metrics and /healthz only\n");
     }
     try {
       return response("200 OK", "text/plain; version=0.0.4; charset=utf-8",
@@ -183,6 +209,7 @@ struct MetricsServer::Impl {
 MetricsServer::MetricsServer(const std::string& address,
                              std::vector<std::shared_ptr<prometheus::Collectable>> collectables)
     : impl_(std::make_unique<Impl>()) {
+  startTimeSeconds();  // fixed now, as the daemon starts
   impl_->collectables = std::move(collectables);
   sockaddr_in a = parseAddress(address);
   impl_->listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -1,5 +1,5 @@
 // JobSpec: what a user submits, parsed and validated once, at the edge.
-// The README's "Job spec reference" documents every field.
+// docs/job-spec.md documents every field (job_spec_docs_test checks it against this parser).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "daemon/protocol/json_reader.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -95,10 +96,21 @@ ObjectReader::ObjectReader(const json& value, std::string path) : value_(value),
   if (!value_.is_object()) throw SpecError(path_, "expected an object, got " + describe(value_));
 }
 
-bool ObjectReader::has(const std::string& key) const { return value_.contains(key); }
+namespace {
+thread_local std::set<std::string>* observed = nullptr;
+}  // namespace
+
+bool ObjectReader::has(const std::string& key) const {
+  if (observed) observed->insert(pathOf(key));  // asked about: a field the parser knows
+  return value_.contains(key);
+}
+
+FieldObserver::FieldObserver(std::set<std::string>& paths) : previous_(observed) { observed = &paths; }
+FieldObserver::~FieldObserver() { observed = previous_; }
 
 const json* ObjectReader::lookup(const std::string& key, bool required) {
   read_.insert(key);
+  if (observed) observed->insert(pathOf(key));
   auto it = value_.find(key);
   if (it == value_.end()) {
     if (required) throw SpecError(pathOf(key), "required field is missing");
@@ -165,8 +177,38 @@ std::vector<std::string> ObjectReader::strings(const std::string& key,
 
 void ObjectReader::finish() const {
   for (auto it = value_.begin(); it != value_.end(); ++it) {
-    if (!read_.count(it.key())) throw SpecError(pathOf(it.key()), "unknown field");
+    if (read_.count(it.key())) continue;
+    const std::string near = nearest(it.key(), {read_.begin(), read_.end()});
+    throw SpecError(pathOf(it.key()), near.empty() ? "unknown field" : "unknown field; did you mean \"" + near + "\"?");
   }
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  if (word.size() > 64) return "";
+  std::string best;
+  size_t bestDistance = std::min<size_t>(3, std::max<size_t>(1, word.size() / 3)) + 1;
+  for (const auto& candidate : candidates) {
+    if (candidate.size() > 64) continue;
+    // Levenshtein distance with adjacent transpositions counted as one edit.
+    const size_t n = word.size(), m = candidate.size();
+    std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
+    for (size_t i = 0; i <= n; ++i) d[i][0] = i;
+    for (size_t j = 0; j <= m; ++j) d[0][j] = j;
+    for (size_t i = 1; i <= n; ++i) {
+      for (size_t j = 1; j <= m; ++j) {
+        const size_t cost = word[i - 1] == candidate[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && word[i - 1] == candidate[j - 2] && word[i - 2] == candidate[j - 1]) {
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+      }
+    }
+    if (d[n][m] < bestDistance) {
+      bestDistance = d[n][m];
+      best = candidate;
+    }
+  }
+  return best;
 }
 
 }  // namespace skytrain::protocol

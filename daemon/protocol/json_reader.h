@@ -19,6 +19,23 @@ nlohmann::json parseBoundedJson(const std::string& text, size_t maxBytes, int ma
 // Short rendering of a JSON value for error messages; always valid UTF-8.
 std::string describe(const nlohmann::json& value);
 
+// The candidate nearest to `word` by edit distance, if it is near enough to be a typo of it
+// (at most a third of its letters wrong, and at most 3); "" otherwise. For "did you mean".
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+// While one lives, every field a reader on this thread looks up, present or not, is added
+// to `paths` ("$.model.kind"): how the docs' field reference is checked against the parser.
+class FieldObserver {
+ public:
+  explicit FieldObserver(std::set<std::string>& paths);
+  ~FieldObserver();
+  FieldObserver(const FieldObserver&) = delete;
+  FieldObserver& operator=(const FieldObserver&) = delete;
+
+ private:
+  std::set<std::string>* previous_;
+};
+
 class ObjectReader {
  public:
   // Throws SpecError when value is not an object.

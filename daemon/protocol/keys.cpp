@@ -6,7 +6,9 @@
 #include <zmq.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -44,20 +46,61 @@ bool validName(const std::string& name) {
          name[0] != '.';
 }
 
-std::optional<Role> parseRole(const std::string& text) {
-  if (text == "daemon") return Role::Daemon;
-  if (text == "client") return Role::Client;
-  if (text == "admin") return Role::Admin;
-  return std::nullopt;
-}
-
 std::string publicOf(const std::string& secret) {
   char out[kZ85KeyLength + 1] = {};
   if (zmq_curve_public(out, secret.c_str()) != 0) throw Error("CURVE is not available in this libzmq");
   return out;
 }
 
+// Creates dir (and its parents) if missing; a folder it creates is mode 0700 (it holds a
+// secret key).
+void makePrivateDir(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) return;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create the folder \"" + dir + "\": " + ec.message());
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
+}
+
+void makeParentDir(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (parent.empty() || std::filesystem::is_directory(parent, ec)) return;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) throw Error("cannot create the folder \"" + parent.string() + "\": " + ec.message());
+}
+
+// Writes text to path through a temporary file and a rename, mode `mode`.
+void replaceFile(const std::string& path, const std::string& text, mode_t mode) {
+  makeParentDir(path);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) throw Error("cannot write \"" + tmp + "\": " + std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const int writeErrno = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int why = ok ? errno : writeErrno;
+    ::unlink(tmp.c_str());
+    throw Error("cannot write \"" + path + "\": " + std::strerror(why));
+  }
+}
+
+std::string existingText(const std::string& path, const std::string& what) {
+  if (::access(path.c_str(), F_OK) != 0) return "";
+  std::string text = readBoundedFile(path, kMaxKeyFileBytes, what);
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  return text;
+}
+
 }  // namespace
+
+std::optional<Role> parseRole(const std::string& text) {
+  if (text == "daemon") return Role::Daemon;
+  if (text == "client") return Role::Client;
+  if (text == "admin") return Role::Admin;
+  return std::nullopt;
+}
 
 std::string toString(Role role) {
   switch (role) {
@@ -104,6 +147,7 @@ std::string writeKeyPair(const KeyPair& keys, const std::string& dir) {
     if (!ok) throw Error("cannot write \"" + path + "\"");
   };
   if (::access(publicPath.c_str(), F_OK) == 0) throw Error("\"" + publicPath + "\" exists (refusing to overwrite a key)");
+  makePrivateDir(dir);
   write(secretPath, secretText, 0600);
   write(publicPath, publicText, 0644);
   return secretPath;
@@ -160,6 +204,14 @@ KeyPair parseKeyPair(const std::string& text, const std::string& source) {
 KeyPair loadKeyPair(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw Error("secret key file \"" + path + "\": " + std::strerror(errno));
+  if (S_ISREG(st.st_mode) && st.st_size <= static_cast<off_t>(kMaxKeyFileBytes)) {
+    // A NAME.pub given where the secret NAME.key belongs: say so, not "chmod 600 it".
+    const auto lines = wordLines(readBoundedFile(path, kMaxKeyFileBytes, "secret key file"));
+    if (!lines.empty() && isZ85Key(lines[0].second[0]) && lines[0].second.size() <= 2) {
+      throw Error("\"" + path + "\" is a public key file; give the secret key file (NAME.key, made by `skytrain keygen` "
+                  "next to NAME.pub)");
+    }
+  }
   if (st.st_mode & 077) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
@@ -204,6 +256,72 @@ AuthorizedKeys loadAuthorizedKeys(const std::string& path) {
 KnownDaemons loadKnownDaemons(const std::string& path) {
   if (path.empty() || ::access(path.c_str(), F_OK) != 0) return {};
   return parseKnownDaemons(readBoundedFile(path, kMaxKeyFileBytes, "known daemons file"), path);
+}
+
+std::string publicKeyArgument(const std::string& argument, std::string* name) {
+  if (name) name->clear();
+  if (argument.empty()) throw Error("an empty public key");
+  const bool fromFile = argument[0] == '@';
+  if (!fromFile && isZ85Key(argument)) return argument;
+  const std::string path = fromFile ? argument.substr(1) : argument;
+  if (!fromFile && ::access(path.c_str(), F_OK) != 0) {
+    throw Error("\"" + argument.substr(0, 64) + "\" is neither a 40-character Z85 public key nor a file: " +
+                std::strerror(errno) + " (a key from a file: @FILE)");
+  }
+  const auto lines = wordLines(readBoundedFile(path, kMaxKeyFileBytes, "public key file"));
+  if (lines.empty()) throw Error("public key file \"" + path + "\" holds no key");
+  const auto& words = lines[0].second;
+  if (words[0] == "name" || words[0] == "public" || words[0] == "secret") {
+    throw Error("\"" + path + "\" is a secret key file: give its NAME.pub (a secret key never leaves its host)");
+  }
+  if (lines.size() != 1 || words.size() > 2 || !isZ85Key(words[0])) {
+    throw Error("public key file \"" + path + "\" is not \"<40-character Z85 public key> [NAME]\" on one line");
+  }
+  if (name && words.size() == 2) *name = words[1];
+  return words[0];
+}
+
+std::string userConfigPath(const std::string& file) {
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg == '/') return std::string(xdg) + "/skytrain/" + file;
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.config/skytrain/" + file;
+  return "";
+}
+
+bool authorizeKey(const std::string& path, const AuthorizedKey& key) {
+  if (!isZ85Key(key.publicKey)) throw Error("not a 40-character Z85 public key");
+  if (!validName(key.name)) throw Error("name \"" + key.name + "\" must be 1-64 of A-Z a-z 0-9 . _ - (not starting with .)");
+  std::string text = existingText(path, "authorized keys file");
+  const AuthorizedKeys keys = parseAuthorizedKeys(text, path);
+  if (auto it = keys.find(key.publicKey); it != keys.end()) {
+    if (it->second.role == key.role && it->second.name == key.name) return false;
+    throw Error(path + " already lists this key as \"" + it->second.name + "\" with role " + toString(it->second.role) +
+                "; edit that line to change it");
+  }
+  text += key.publicKey + " " + toString(key.role) + " " + key.name + "\n";
+  replaceFile(path, text, 0644);
+  return true;
+}
+
+std::string trustDaemon(const std::string& path, const std::string& endpoint, const std::string& key) {
+  if (!isZ85Key(key)) throw Error("not a 40-character Z85 public key");
+  const std::string line = endpoint + " " + key;
+  parseKnownDaemons(line, "the endpoint");  // the same checks as when it is read
+  const std::string text = existingText(path, "known daemons file");
+  const KnownDaemons known = parseKnownDaemons(text, path);
+  std::string replaced, out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    std::istringstream words(l);
+    std::string first;
+    words >> first;
+    if (first == endpoint) {
+      replaced = known.at(endpoint);
+      continue;
+    }
+    out += l + "\n";
+  }
+  replaceFile(path, out + line + "\n", 0644);
+  return replaced;
 }
 
 bool isLoopbackEndpoint(const std::string& endpoint) {

@@ -25,6 +25,7 @@ struct KeyPair {
 
 enum class Role { Daemon, Client, Admin };
 std::string toString(Role role);
+std::optional<Role> parseRole(const std::string& text);
 
 struct AuthorizedKey {
   std::string publicKey;
@@ -60,6 +61,24 @@ KnownDaemons parseKnownDaemons(const std::string& text, const std::string& sourc
 // file is an error.
 AuthorizedKeys loadAuthorizedKeys(const std::string& path);
 KnownDaemons loadKnownDaemons(const std::string& path);
+
+// A public key given on a command line: the 40-character Z85 key itself, "@FILE", or the
+// path of a file (NAME.pub: "<public key> NAME"; or a bare key). `name`, when given, is set
+// to the name in the file (empty for a bare key). Throws skytrain::Error naming what is wrong.
+std::string publicKeyArgument(const std::string& argument, std::string* name = nullptr);
+
+// Where the CLI's own files live: $XDG_CONFIG_HOME/skytrain/FILE, else ~/.config/skytrain/FILE
+// ("" when neither variable is set).
+std::string userConfigPath(const std::string& file);
+
+// Adds "<key> <role> <name>" to an authorized_keys file (created with its folder if missing,
+// mode 0644): returns false if that exact line is there already; throws skytrain::Error if
+// the key is listed with another role or name, or the file does not parse.
+bool authorizeKey(const std::string& path, const AuthorizedKey& key);
+
+// Sets "<endpoint> <key>" in a known_daemons file (created with its folder if missing):
+// replaces the endpoint's line if it has one. Returns the key it replaced ("" if none).
+std::string trustDaemon(const std::string& path, const std::string& endpoint, const std::string& key);
 
 // Reads a whole file of at most maxBytes, refusing anything but a regular file.
 std::string readBoundedFile(const std::string& path, size_t maxBytes, const std::string& what);

@@ -40,33 +40,24 @@ std::string readAll(const std::string& path, size_t maxBytes) {
 
 }  // namespace
 
-std::string checkpointDir(const std::string& jobDir, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  return jobDir + "/checkpoints/" + name;
-}
-
-std::string checkpointTensorsPath(const std::string& jobDir, int64_t step, int stage) {
-  return checkpointDir(jobDir, step) + "/stage-" + std::to_string(stage) + ".safetensors";
-}
-
-std::string checkpointMetaPath(const std::string& jobDir, int64_t step, int stage) {
-  return checkpointDir(jobDir, step) + "/stage-" + std::to_string(stage) + ".json";
-}
-
 StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId, int64_t step, int stage) {
-  const std::string metaPath = checkpointMetaPath(jobDir, step, stage);
-  const std::string tensorsPath = checkpointTensorsPath(jobDir, step, stage);
+  std::string dir = findCheckpointDir(jobDir, step, stage);
+  if (dir.empty()) dir = checkpointDir(jobDir, step);  // missing: the error names the file it would be
+  const std::string metaPath = dir + "/stage-" + std::to_string(stage) + ".json";
+  const std::string tensorsPath = dir + "/stage-" + std::to_string(stage) + ".safetensors";
   StageSnapshot snapshot;
   const std::string metaText = readAll(metaPath, kMaxMetaBytes);
   snapshot.meta = nlohmann::json::parse(metaText, nullptr, false);
   const auto& m = snapshot.meta;
   auto problem = [&](const std::string& what) { throw WireError("checkpoint file " + metaPath + ": " + what); };
   if (m.is_discarded() || !m.is_object()) problem("not a JSON object");
-  if (m.value("format", 0) != kCheckpointFormat) problem("format is not " + std::to_string(kCheckpointFormat));
+  const int format = m.value("format", 0);
+  if (format != kCheckpointFormat && format != kIndexNamedCheckpointFormat) {
+    problem("format " + std::to_string(format) + " is not " + std::to_string(kCheckpointFormat) + " (or 1)");
+  }
   if (m.value("job", "") != jobId) problem("belongs to job " + m.value("job", std::string("?")) + ", not " + jobId);
   if (m.value("stage", -1) != stage) problem("belongs to stage " + std::to_string(m.value("stage", -1)));
-  if (m.value("step", int64_t{-1}) != step) problem("is of step " + std::to_string(m.value("step", int64_t{-1})));
+  if (m.value("step", int64_t{-1}) != step) problem("is of step " + std::to_string(m.value("step", int64_t{-1}) + 1));
   if (!m.contains("plan") || !m["plan"].is_object()) problem("has no plan");
   const auto bytes = std::make_shared<const std::string>(readAll(tensorsPath, kMaxTensorsBytes));
   if (m.value("tensors_bytes", uint64_t{0}) != bytes->size()) {
@@ -85,10 +76,11 @@ CheckpointWriter::CheckpointWriter(std::string jobDir, int stage, int keep)
   // Checkpoints of earlier attempts count towards `keep`.
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(jobDir_ + "/checkpoints", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || name.size() != 13) continue;
-    const int64_t step = std::strtoll(name.c_str() + 5, nullptr, 10);
-    if (std::filesystem::exists(checkpointMetaPath(jobDir_, step, stage_), ec)) kept_.push_back(step);
+    const std::string dir = entry.path().string();
+    const int64_t step = checkpointStepOf(dir);
+    if (step >= 0 && std::filesystem::exists(dir + "/stage-" + std::to_string(stage_) + ".json", ec)) {
+      kept_.emplace_back(step, dir);
+    }
   }
   std::sort(kept_.begin(), kept_.end());
   thread_ = std::thread([this] { run(); });
@@ -204,14 +196,15 @@ void CheckpointWriter::run() {
 }
 
 void CheckpointWriter::prune(int64_t newest) {
-  kept_.push_back(newest);
+  kept_.emplace_back(newest, checkpointDir(jobDir_, newest));
   while (static_cast<int>(kept_.size()) > keep_ + 1) {
-    const int64_t old = kept_.front();
+    const std::string old = kept_.front().second;
     kept_.erase(kept_.begin());
+    const std::string file = old + "/stage-" + std::to_string(stage_);
     std::error_code ec;
-    std::filesystem::remove(checkpointMetaPath(jobDir_, old, stage_), ec);  // the JSON first: then it is gone
-    std::filesystem::remove(checkpointTensorsPath(jobDir_, old, stage_), ec);
-    std::filesystem::remove(checkpointDir(jobDir_, old), ec);  // only when empty (other stages' files)
+    std::filesystem::remove(file + ".json", ec);  // the JSON first: then it is gone
+    std::filesystem::remove(file + ".safetensors", ec);
+    std::filesystem::remove(old, ec);  // only when empty (other stages' files)
   }
 }
 

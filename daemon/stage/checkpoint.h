@@ -7,6 +7,8 @@
 // tensors file is written first, the JSON last, each atomically: a stage's checkpoint
 // exists once its JSON does. A checkpoint counts once every stage has confirmed it to the
 // coordinator.
+//
+// Directory names and step numbers: daemon/ops/checkpoint_dirs.h.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,11 +22,11 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/ops/checkpoint_dirs.h"
 #include "stages/safetensors.h"
 
 namespace skytrain::daemon {
 
-constexpr int kCheckpointFormat = 1;
 
 struct StageSnapshot {
   stages::SafeTensors tensors;
@@ -35,10 +37,6 @@ struct StageSnapshot {
   // No copy on the critical path, and none in memory.
   bool borrowed = false;
 };
-
-std::string checkpointDir(const std::string& jobDir, int64_t step);
-std::string checkpointTensorsPath(const std::string& jobDir, int64_t step, int stage);
-std::string checkpointMetaPath(const std::string& jobDir, int64_t step, int stage);
 
 // Reads the checkpoint of `stage` after `step`; throws skytrain::WireError naming the file
 // and the problem (missing, truncated, corrupted, another job's or stage's, another step's).
@@ -75,7 +73,7 @@ class CheckpointWriter {
   std::condition_variable changed_;
   std::deque<std::pair<int64_t, StageSnapshot>> queue_;
   std::vector<int64_t> written_;
-  std::vector<int64_t> kept_;
+  std::vector<std::pair<int64_t, std::string>> kept_;  // step index, directory; oldest first
   std::vector<std::pair<int64_t, std::string>> failed_;
   bool busy_ = false;
   int borrowing_ = 0;  // snapshots queued or being written that borrow the stage's tensors

@@ -1,5 +1,6 @@
 #include "daemon/stage/fan_in.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
@@ -83,8 +84,8 @@ void FanIn::waitForCredit(uint64_t step) {
     }
     if (!ahead) break;
     if (Clock::now() > deadline) {
-      throw PeerError("no acknowledgement of step " + std::to_string(s - 1 - context_.spec.maxStaleness) +
-                      " from the consumer within " + std::to_string(context_.spec.peerTimeoutS) + " s");
+      throw PeerError("no acknowledgement of step " + std::to_string(s - context_.spec.maxStaleness) +
+                      " from the consumer within " + fmt::format("{:g}", context_.spec.peerTimeoutS) + " s");
     }
   }
   lead_ = static_cast<int>(s - 1 - acked_);
@@ -195,9 +196,9 @@ compression::TensorFrame FanIn::takeProducerFrame(FrameDirection direction, uint
     auto frame = links_.producer(0).recv(std::chrono::milliseconds(50));
     if (!frame) {
       if (Clock::now() > deadline) {
-        throw PeerError("no " + compression::toString(direction) + " frame of step " + std::to_string(step) +
+        throw PeerError("no " + compression::toString(direction) + " frame of step " + std::to_string(step + 1) +
                         " micro-batch " + std::to_string(microBatch & 0xffff) + " from producer " +
-                        std::to_string(microBatch >> kProducerShift) + " within " + std::to_string(context_.spec.peerTimeoutS) + " s");
+                        std::to_string(microBatch >> kProducerShift) + " within " + fmt::format("{:g}", context_.spec.peerTimeoutS) + " s");
       }
       continue;
     }

@@ -7,7 +7,7 @@ namespace skytrain::daemon {
 std::string nonFiniteGradient(const NamedGradients& gradients, uint64_t step, int stage) {
   for (const auto& [name, gradient] : gradients) {
     if (!torch::isfinite(gradient).all().item<bool>()) {
-      return "the gradient of " + name + " at step " + std::to_string(step) + " (stage " + std::to_string(stage) + ")";
+      return "the gradient of " + name + " at step " + std::to_string(step + 1) + " (stage " + std::to_string(stage) + ")";
     }
   }
   return "";

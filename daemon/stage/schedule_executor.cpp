@@ -74,7 +74,7 @@ void ScheduleExecutor::forward(uint64_t step, int microBatch, stages::Stage& sta
       lossGradients_[microBatch] = logits.grad();
       const double value = loss.item<double>();
       if (!std::isfinite(value) && context_.spec.optimizer.onNonfinite == "fail") {
-        throw Error(std::string(protocol::kNonFinite) + "the loss of step " + std::to_string(step) + " micro-batch " +
+        throw Error(std::string(protocol::kNonFinite) + "the loss of step " + std::to_string(step + 1) + " micro-batch " +
                     std::to_string(microBatch) + " is " + std::to_string(value) + " (stage " +
                     std::to_string(context_.stage) + ")");
       }

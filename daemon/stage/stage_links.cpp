@@ -1,5 +1,6 @@
 #include "daemon/stage/stage_links.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <torch/torch.h>
 
 #include <optional>
@@ -69,9 +70,9 @@ compression::TensorFrame StageLinks::awaitFrame(PeerLink& link, FrameDirection d
     auto frame = early ? std::exchange(early, std::nullopt) : link.recv(std::chrono::milliseconds(50));
     if (!frame) {
       if (Clock::now() > deadline) {
-        throw PeerError("no " + compression::toString(direction) + " frame of step " + std::to_string(step) +
+        throw PeerError("no " + compression::toString(direction) + " frame of step " + std::to_string(step + 1) +
                         " micro-batch " + std::to_string(microBatch) + " from stage " + std::to_string(from) +
-                        " within " + std::to_string(timeoutS) + " s");
+                        " within " + fmt::format("{:g}", timeoutS) + " s");
       }
       continue;
     }

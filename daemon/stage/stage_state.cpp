@@ -52,7 +52,8 @@ StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const
   s.meta = {{"format", kCheckpointFormat},
             {"job", jobId},
             {"stage", context_.stage},
-            {"step", step},
+            {"step", step},             // the index (0-based), which sampling uses
+            {"step_number", step + 1},  // as every interface shows it, and the directory's name
             {"seed", spec.seed},
             {"layers", {spec.stages[context_.stage].firstLayer, spec.stages[context_.stage].lastLayer}},
             {"plan", {{"micro_batches", plan.microBatches},
@@ -73,7 +74,7 @@ void StageState::restore(const StageSnapshot& snapshot, const std::function<void
   const auto& spec = context_.spec;
   const int64_t step = meta.value("step", int64_t{-1});
   SnapshotReader reader(snapshot.tensors.tensors,
-                        "checkpoint of step " + std::to_string(step) + " stage " + std::to_string(context_.stage));
+                        "checkpoint of step " + std::to_string(step + 1) + " stage " + std::to_string(context_.stage));
   const std::string& where = reader.where();
   const auto& layers = meta.value("layers", nlohmann::json::array());
   if (layers != nlohmann::json{spec.stages[context_.stage].firstLayer, spec.stages[context_.stage].lastLayer} ||

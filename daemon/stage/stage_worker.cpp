@@ -87,7 +87,7 @@ bool StageWorker::waitForStart() {
   std::unique_lock<std::mutex> lock(mutex_);
   const auto timeout = std::chrono::duration<double>(assignment_.prepareTimeoutS);
   if (!startSignal_.wait_for(lock, timeout, [this] { return started_ || aborted_; })) {
-    throw PeerError("prepared but not started within " + std::to_string(assignment_.prepareTimeoutS) +
+    throw PeerError("prepared but not started within " + fmt::format("{:g}", assignment_.prepareTimeoutS) +
                     " s (prepare_timeout_s); freed");
   }
   return !aborted_;
@@ -180,7 +180,7 @@ void StageWorker::run() {
       spdlog::info("job {} {}: met its {} copies over c10d {} on {} in {:.2f} s", a.jobId, name, o.replicas, group->backend(), a.privateAddress, secondsSince(start));
       runner.setReplicaGroup(std::move(group));
     }
-    spdlog::info("job {} {}: running steps {}..{}", a.jobId, name, firstStep, a.spec.steps - 1);
+    spdlog::info("job {} {}: running steps {}..{}", a.jobId, name, firstStep + 1, a.spec.steps);
     const int steps = a.spec.steps;
     for (int step = firstStep; step < steps; ++step) {
       if (aborted_) throw Aborted{};
@@ -191,7 +191,7 @@ void StageWorker::run() {
         report(std::move(message));
         const RunPlan plan = waitForPlan();
         runner.setPlan(plan);
-        spdlog::info("job {} {}: from step {}: m={} {}", a.jobId, name, step, plan.microBatches,
+        spdlog::info("job {} {}: from step {}: m={} {}", a.jobId, name, step + 1, plan.microBatches,
                      scheduler::toString(plan.schedule));
       }
       const StepStats stats = runner.runStep(static_cast<uint64_t>(step));

@@ -32,12 +32,12 @@ std::optional<int64_t> fileSize(const std::string& path) {
 // The parameters of the checkpoint after `step`, written once as their own file.
 std::string checkpointExport(const std::string& jobDir, const std::string& job, int64_t step, int stage) {
   char name[64];
-  std::snprintf(name, sizeof name, "/export/step-%08lld-stage-%d.safetensors", static_cast<long long>(step), stage);
+  std::snprintf(name, sizeof name, "/export/step-%08lld-stage-%d.safetensors", static_cast<long long>(step + 1), stage);
   const std::string path = jobDir + name;
   if (fileSize(path)) return path;
-  if (!fileSize(checkpointMetaPath(jobDir, step, stage))) {
+  if (findCheckpointDir(jobDir, step, stage).empty()) {
     throw Error("job " + job + " stage " + std::to_string(stage) + " has no checkpoint after step " +
-                std::to_string(step) + " on this daemon (only the newest few are kept)");
+                std::to_string(step + 1) + " on this daemon (only the newest few are kept)");
   }
   const StageSnapshot snapshot = loadCheckpoint(jobDir, job, step, stage);
   stages::SafeTensors out;
@@ -45,7 +45,7 @@ std::string checkpointExport(const std::string& jobDir, const std::string& job, 
     if (tensorName.rfind(kParamPrefix, 0) == 0) out.tensors.emplace_back(tensorName.substr(kParamPrefix.size()), tensor);
   }
   out.metadata = {{"format", "pt"}, {"skytrain_job", job}, {"skytrain_stage", std::to_string(stage)},
-                  {"skytrain_step", std::to_string(step)}};
+                  {"skytrain_step", std::to_string(step + 1)}};
   makeDirectories(jobDir + "/export");
   writeFileAtomic(path, stages::encodeSafetensors(out));
   return path;

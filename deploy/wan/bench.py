@@ -92,7 +92,7 @@ def run_job(stages, forward="none", backward="none", micro_batches="auto", sched
     # A re-plan in the last step leaves nothing after it: then every step but the first counts.
     # The delayed update runs the learning rate's warm-up synchronously: its steady state
     # starts after it.
-    start = max(plan["from_step"], spec["optimizer"]["warmup_steps"] - 1 if update == "delayed" else -1)
+    start = max(plan["from_step"], spec["optimizer"]["warmup_steps"] if update == "delayed" else 0)  # 1-based
     steady = [s for s in status["steps"] if s["step"] > start] or status["steps"][1:]
     step_s = sum(s["step_s"] for s in steady) / len(steady)
     return {

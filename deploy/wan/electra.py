@@ -70,7 +70,7 @@ def run_job(seed, languages=("en", "es"), keep=None):
         checkpoint = os.path.join(STATE, "cloud1", "jobs", job, "checkpoints", f"step-{STEPS - 1:08d}",
                                   f"stage-{len(languages)}.safetensors")
         shutil.copyfile(checkpoint, keep)
-    steady = [s for s in status["steps"] if s["step"] >= 5]
+    steady = [s for s in status["steps"] if s["step"] > 5]
     step_s = sum(s["step_s"] for s in steady) / len(steady)
     return {
         "step_s": step_s, "samples_per_s": 2 * BATCH / step_s, "m": status["plans"][-1]["micro_batches"],

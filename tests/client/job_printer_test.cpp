@@ -17,8 +17,8 @@ json row(int step, double time) {
 TEST_CASE("on a terminal, steps redraw one bar; events print above it") {
   std::ostringstream out;
   JobPrinter printer(out, OutputMode::Bar, 100);
-  printer.step(row(0, 100.0), 100);
-  printer.step(row(1, 101.0), 100);  // 1 s a step since the last: 98 steps left
+  printer.step(row(1, 100.0), 100);  // rows carry step numbers (1-based)
+  printer.step(row(2, 101.0), 100);  // 1 s a step since the last: 98 steps left
   printer.event({{"time", 0}, {"step", 2}, {"message", "stage 1 lost"}});
   const std::string text = out.str();
   CHECK(text.find("\r\033[K[") != std::string::npos);
@@ -29,7 +29,7 @@ TEST_CASE("on a terminal, steps redraw one bar; events print above it") {
 }
 
 TEST_CASE("the bar shows progress, ETA, loss and rate within the width") {
-  const std::string bar = JobPrinter::bar(row(49, 0), 100, 2.0, 100);
+  const std::string bar = JobPrinter::bar(row(50, 0), 100, 2.0, 100);
   CHECK(bar.find("50/100  50%") != std::string::npos);
   CHECK(bar.find("ETA 1m40s") != std::string::npos);
   CHECK(bar.find("loss 2.5000") != std::string::npos);
@@ -40,12 +40,12 @@ TEST_CASE("the bar shows progress, ETA, loss and rate within the width") {
 
 TEST_CASE("not on a terminal: plain lines; --json: one object a line with its type") {
   std::ostringstream lines, json;
-  JobPrinter(lines, OutputMode::Lines).step(row(0, 1), 10);
+  JobPrinter(lines, OutputMode::Lines).step(row(1, 1), 10);
   CHECK(lines.str().rfind("step    1/10  loss 2.5000", 0) == 0);
   CHECK(lines.str().find('\r') == std::string::npos);
   JobPrinter printer(json, OutputMode::Json);
-  printer.step(row(0, 1), 10);
-  printer.eval({{"step", 0}, {"loss", 2.0}});
+  printer.step(row(1, 1), 10);
+  printer.eval({{"step", 1}, {"loss", 2.0}});
   std::istringstream in(json.str());
   std::string first, second;
   std::getline(in, first);

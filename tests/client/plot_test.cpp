@@ -12,10 +12,10 @@ namespace {
 json job(const std::string& id, const std::string& name, int steps, double lossScale) {
   json j = {{"id", id}, {"name", name}, {"state", "succeeded"}, {"steps", json::array()}, {"evals", json::array()}};
   for (int s = 0; s < steps; ++s) {
-    j["steps"].push_back({{"step", s}, {"loss", lossScale * (5.0 - s * 0.01)}, {"tokens_per_s", 1000.0 + s},
+    j["steps"].push_back({{"step", s + 1}, {"loss", lossScale * (5.0 - s * 0.01)}, {"tokens_per_s", 1000.0 + s},
                           {"bytes_sent", 1e6}, {"bytes_raw", 2e6}, {"step_s", 0.5}, {"time", 1000.0 + 0.5 * (s + 1)}});
   }
-  j["evals"].push_back({{"step", steps - 1}, {"loss", lossScale * 4.0}, {"time", 1000.0 + 0.5 * steps}});
+  j["evals"].push_back({{"step", steps}, {"loss", lossScale * 4.0}, {"time", 1000.0 + 0.5 * steps}});
   return j;
 }
 size_t count(const std::string& text, const std::string& what) {

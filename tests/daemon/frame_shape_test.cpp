@@ -92,7 +92,7 @@ TEST_CASE("a frame of the expected shape is decoded and used") {
   auto previous = std::make_unique<ScriptedLink>();
   previous->inbound.push_back(frame);
   runner.connect(std::move(previous), std::make_unique<ScriptedLink>());
-  CHECK_THROWS_WITH(runner.runStep(0), Catch::Contains("no backward frame of step 0"));
+  CHECK_THROWS_WITH(runner.runStep(0), Catch::Contains("no backward frame of step 1"));
 }
 
 TEST_CASE("a \"+pred\" frame at a stage without the token IDs is refused with the reason") {
@@ -145,7 +145,7 @@ TEST_CASE("a fan-in consumer refuses token IDs outside the vocabulary and flags 
   };
   const at::Tensor ids = torch::randint(0, 257, {2, 8}, torch::kLong), flags = torch::randint(0, 2, {2, 8}, torch::kLong);
   // In range: used, then the step waits for producer 1, which never sends.
-  CHECK(run(ids, flags).rfind("peer: no forward frame of step 0", 0) == 0);
+  CHECK(run(ids, flags).rfind("peer: no forward frame of step 1", 0) == 0);
   CHECK_THAT(run(ids.index_put({torch::tensor(1), torch::tensor(3)}, torch::tensor(257)), flags),
              Catch::Contains("from producer 0 carries token IDs in [") && Catch::Contains("the vocabulary is [0, 257)"));
   CHECK_THAT(run(ids.index_put({torch::tensor(0), torch::tensor(0)}, torch::tensor(-5)), flags),

@@ -2,6 +2,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/details/log_msg.h>
 
+#include <regex>
+
 #include "daemon/ops/logging.h"
 
 using namespace skytrain::daemon;
@@ -52,3 +54,24 @@ TEST_CASE("a text log line is one line: a job name cannot forge another or drive
   }
 }
 
+
+TEST_CASE("a JSON log line carries job, stage, step, attempt and peer as fields; a text line its time zone") {
+  auto formatter = makeJsonFormatter(false);
+  const auto record = nlohmann::json::parse(formatted(
+      *formatter, spdlog::level::warn,
+      "job 0123456789abcdef stage 1: attempt 2 lost 'cloud-b' (daemon) at step 40 (stage 3 too)"));
+  CHECK(record["job"] == "0123456789abcdef");
+  CHECK(record["stage"] == 1);  // the first of each
+  CHECK(record["attempt"] == 2);
+  CHECK(record["step"] == 40);
+  CHECK(record["peer"] == "cloud-b");
+  // Words only, whole ids only, and a name that merely looks like a field is left alone.
+  const auto none = nlohmann::json::parse(formatted(*formatter, spdlog::level::info,
+                                                    "backstage 3 job 123 substep 4 'x' (stranger) stage x"));
+  CHECK_FALSE(none.contains("stage"));
+  CHECK_FALSE(none.contains("job"));
+  CHECK_FALSE(none.contains("step"));
+  CHECK_FALSE(none.contains("peer"));
+  const std::string text = formatted(*makeTextFormatter(false), spdlog::level::info, "hello");
+  CHECK(std::regex_search(text, std::regex(R"(^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [+-]\d\d:\d\d\] \[info\] hello)")));
+}

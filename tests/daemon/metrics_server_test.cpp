@@ -31,9 +31,9 @@ int connectTo(int port) {
 }
 
 // A whole scrape: its response, or "" when none came within `limit`.
-std::string scrape(int port, std::chrono::milliseconds limit) {
+std::string scrape(int port, std::chrono::milliseconds limit, const std::string& path = "/metrics") {
   const int fd = connectTo(port);
-  const std::string request = "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n";
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: test\r\n\r\n";
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string reply;
   const auto deadline = Clock::now() + limit;
@@ -89,4 +89,18 @@ TEST_CASE("a request that is not GET /metrics is answered with its status, and a
   REQUIRE(::recv(fd, buffer, sizeof buffer - 1, 0) > 0);
   CHECK(std::string(buffer).rfind("HTTP/1.1 405", 0) == 0);
   ::close(fd);
+}
+
+TEST_CASE("/healthz answers ok; a scrape has the process's families and the build's", "[metrics]") {
+  MetricsServer server("127.0.0.1:0", {});
+  const std::string health = scrape(server.port(), std::chrono::milliseconds(1000), "/healthz");
+  CHECK(health.rfind("HTTP/1.1 200 OK", 0) == 0);
+  CHECK(health.substr(health.size() - 3) == "ok\n");
+  CHECK(scrape(server.port(), std::chrono::milliseconds(1000), "/other").rfind("HTTP/1.1 404", 0) == 0);
+  const std::string metrics = scrape(server.port(), std::chrono::milliseconds(1000));
+  for (const char* family : {"process_cpu_seconds_total ", "process_start_time_seconds ", "skytrain_build_info{"}) {
+    INFO(family);
+    CHECK(metrics.find(family) != std::string::npos);
+  }
+  CHECK(metrics.find(std::string("version=\"") + SKYTRAIN_VERSION + "\"") != std::string::npos);
 }

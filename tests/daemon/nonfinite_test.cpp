@@ -40,7 +40,7 @@ TEST_CASE("on_nonfinite fail: the step fails naming the stage, the step and the 
   runner.connect(nullptr, nullptr);
   CHECK(std::isfinite(runner.runStep(0).loss));
   poison(runner);
-  CHECK_THROWS_WITH(runner.runStep(1), Catch::StartsWith("non-finite: the loss of step 1 micro-batch 0 is ") && Catch::Contains("nan (stage 0)"));
+  CHECK_THROWS_WITH(runner.runStep(1), Catch::StartsWith("non-finite: the loss of step 2 micro-batch 0 is ") && Catch::Contains("nan (stage 0)"));
 }
 
 TEST_CASE("on_nonfinite skip: the step is not applied, and training goes on") {

@@ -253,7 +253,7 @@ TEST_CASE("GradientPipeline fails a non-finite gradient naming it, or skips when
   links.connect(nullptr, nullptr, false);
   GradientStage model({torch::tensor({1.0f, std::nanf("")})});
   daemon::GradientPipeline failing(ctx, counters, links, false);
-  CHECK_THROWS_WITH(failing.finish(4, model), Catch::StartsWith("non-finite: the gradient of p0 at step 4"));
+  CHECK_THROWS_WITH(failing.finish(4, model), Catch::StartsWith("non-finite: the gradient of p0 at step 5"));
   ctx.spec.optimizer.onNonfinite = "skip";
   daemon::GradientPipeline skipping(ctx, counters, links, false);
   CHECK_FALSE(skipping.finish(4, model));

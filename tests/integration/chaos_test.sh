@@ -182,7 +182,7 @@ for c in "${cases[@]}"; do
       first=$(( (at + 20) / 5 * 5 + 4 ))  # far enough ahead that the job has not reached it
       blocked=()
       for s in $first $((first + 5)) $((first + 10)); do
-        d=$work/b/jobs/$job/checkpoints/step-$(printf %08d "$s")/stage-1.safetensors.tmp
+        d=$work/b/jobs/$job/checkpoints/step-$(printf %08d $((s + 1)))/stage-1.safetensors.tmp  # named by number
         mkdir -p "$d"; blocked+=("$d")
       done
       for _ in $(seq 600); do [ "$(steps_done "$job")" -ge $((first + 17)) ] && break; sleep 0.05; done
@@ -199,7 +199,7 @@ for c in "${cases[@]}"; do
     resume)
       "$cli" cancel "$job" > /dev/null
       for _ in $(seq 100); do grep -q "job $job stage 1: aborted" "$work/b/daemon.log" && break; sleep 0.1; done
-      "$cli" resume --detach "$job" | grep -q "resuming job $job from step" || fail "resume refused" ;;
+      "$cli" resume --detach "$job" | grep -q "resuming job $job after step" || fail "resume refused" ;;
   esac
   wait_end "$job"
   report "$c" "$job" "$t" "$at"

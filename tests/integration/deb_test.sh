@@ -54,12 +54,14 @@ echo "ok: installed"
 echo "ok: skytraind --version: $(/usr/bin/skytraind --version)"
 
 # The files: the binaries (the daemon's sentinel beside it), the shim where the daemon looks for it, systemd's three files,
-# the config and the README; no other executable (tests, benchmarks, the WAN relay).
+# the config, the README, docs, examples, man pages and completion; no other executable (tests, benchmarks, the WAN relay).
 unit=/usr/lib/systemd/system/skytraind.service
 files=$(dpkg -L skytrain)
 for f in /usr/bin/skytraind /usr/bin/skytraind-sentinel /usr/bin/skytrain /usr/lib/skytrain/libskytrain_sentencepiece.so "$unit" \
          /usr/lib/sysusers.d/skytrain.conf /usr/lib/tmpfiles.d/skytrain.conf /etc/skytrain/skytraind.json \
-         /usr/share/doc/skytrain/README.md; do
+         /usr/share/doc/skytrain/README.md /usr/share/doc/skytrain/copyright /usr/share/doc/skytrain/changelog.Debian.gz \
+         /usr/share/doc/skytrain/docs/quickstart.md /usr/share/doc/skytrain/examples/gpt-web.json \
+         /usr/share/man/man1/skytrain.1.gz /usr/share/man/man1/skytraind.1.gz /usr/share/bash-completion/completions/skytrain; do
   echo "$files" | grep -qxF "$f" || fail "the package has no $f"
   [ -f "$f" ] || fail "$f is not installed"
 done
@@ -71,6 +73,11 @@ for f in $files; do
   fi
 done
 echo "ok: $(echo "$files" | wc -l) paths; ELF files: the two binaries and the shim"
+# The man page reads as one (every subcommand in it), the completion completes.
+zcat /usr/share/man/man1/skytrain.1.gz | grep -q '^\.SH "SKYTRAIN AUTHORIZE"' || fail "the man page lacks skytrain authorize"
+completed=$(bash -c 'source /usr/share/bash-completion/completions/skytrain; COMP_WORDS=(skytrain sub); COMP_CWORD=1; _skytrain; echo "${COMPREPLY[*]}"')
+[ "$completed" = submit ] || fail "bash completion of \"skytrain sub\" gave \"$completed\""
+echo "ok: man pages, bash completion, copyright, changelog, docs and examples"
 
 # The config is a conffile; postinst made the user and the state dir.
 dpkg-query -W -f='${Conffiles}\n' skytrain | grep -q "^ */etc/skytrain/skytraind.json " ||

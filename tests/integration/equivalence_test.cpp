@@ -347,14 +347,15 @@ TEST_CASE("the one-step-delayed update trains like PipeDream-2BW's update with w
     for (const auto& [name, tensor] : stages::decodeSafetensors(bytes, step).tensors) names.insert(name);
     return names;
   };
-  // The checkpoint after step 1 holds its gradient, not yet applied (step 0's was, in the warm-up)...
-  const auto early = checkpointNames("step-00000001");
+  // The checkpoint after the second step holds its gradient, not yet applied (the first's was,
+  // in the warm-up)...
+  const auto early = checkpointNames("step-00000002");
   CHECK(early.count("pending/0/step"));
   CHECK(early.count("pending/0/total"));
   CHECK_FALSE(early.count("pending/1/step"));
   // ... the last one the weights before the last update (for the prediction), one per state tensor.
   size_t previous = 0, parameters0 = 0;
-  for (const auto& name : checkpointNames("step-00000003")) {
+  for (const auto& name : checkpointNames("step-00000004")) {
     previous += name.rfind("previous/", 0) == 0;
     parameters0 += name.rfind("param/", 0) == 0;
   }

@@ -131,7 +131,7 @@ TEST_CASE("a discriminator's checkpoint starts a classifier fine-tuned on labell
   pretrain["steps"] = 4;
   const Json electra = runJob(context, b.control(), pretrain);
   REQUIRE(electra["state"] == "succeeded");
-  const auto checkpoint = b.dir() / "jobs" / electra["id"].get<std::string>() / "checkpoints" / "step-00000003" / "stage-1.safetensors";
+  const auto checkpoint = b.dir() / "jobs" / electra["id"].get<std::string>() / "checkpoints" / "step-00000004" / "stage-1.safetensors";
   REQUIRE(std::filesystem::exists(checkpoint));
   // Labelled text: whether a line of the corpus is long; train on one half, test on the other.
   auto labelled = [&](const std::string& from, const std::string& to) {

@@ -34,7 +34,7 @@ Json pretrainSpec(const std::string& daemon, const std::string& kind, int steps)
 // The final checkpoint of the job's only stage.
 std::string finalCheckpoint(const TestDaemon& d, const Json& status, int steps) {
   char step[16];
-  std::snprintf(step, sizeof step, "step-%08d", steps - 1);
+  std::snprintf(step, sizeof step, "step-%08d", steps);  // named by the step's number
   return (d.dir() / "jobs" / status["id"].get<std::string>() / "checkpoints" / step / "stage-0.safetensors").string();
 }
 

@@ -51,9 +51,10 @@ TEST_CASE("50 jobs submitted at once by one client all succeed", "[integration][
   for (int i = 0; i < kJobs; ++i) {
     Json spec = twoStageSpec(a.control(), b.control(), 1);
     spec["name"] = "load-" + std::to_string(i);
-    // A tight heartbeat bound (1 s), so preparing 100 stages at once on this machine
+    // A tight heartbeat bound (2 s), so preparing 100 stages at once on this machine
     // outlasts it: a stage must not count the time before its coordinator starts beating.
-    spec["failure"] = {{"heartbeat_s", 0.25}, {"misses", 4}};
+    // (1 s, once in several runs, saw a beat late by more while 100 stages trained on 2 cores.)
+    spec["failure"] = {{"heartbeat_s", 0.25}, {"misses", 8}};
     jobs.push_back(client.request({{"type", "submit"}, {"spec", spec.dump()}}, seconds(10))["job"]);
   }
   int succeeded = 0;

@@ -75,6 +75,35 @@ grep -q '20/20 100%' "$work/tty.out" || fail "the bar never reached 20/20"
 grep -q "job $halves succeeded" "$work/tty.out" || fail "no summary after the bar"
 echo "ok: logs (text, --json, -f --json, -f on a terminal with a bar)"
 
+# One step numbering: the last step and its checkpoint, read from every interface, agree.
+"$cli" status --json "$plain" > "$work/status.json"
+python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen('http://' + sys.argv[1] + '/metrics', timeout=10).read().decode())" "$A_METRICS" > "$work/metrics.txt" || fail "no /metrics from A"
+ls "$work/a/jobs/$plain/checkpoints" > "$work/ckpt_a.txt"
+python3 - "$work/plain.out" "$work/logs.txt" "$work/logs.jsonl" "$work/status.json" "$work/metrics.txt" "$work/ckpt_a.txt" "$plain" <<'PY' || fail "the interfaces number steps differently"
+import json, re, sys
+progress, text, jsonl, status, metrics, ckpt, job = sys.argv[1:]
+last = {}
+last["progress"] = int(re.findall(r"^step +(\d+)/30", open(progress).read(), re.M)[-1])
+last["logs"] = int(re.findall(r"^step +(\d+)/30", open(text).read(), re.M)[-1])
+rows = [json.loads(l) for l in open(jsonl)]
+last["logs --json"] = max(r["step"] for r in rows if r["type"] == "step")
+s = json.load(open(status))
+last["status steps_done"] = s["steps_done"]
+last["status step row"] = s["steps"][-1]["step"]
+m = re.search(r'^skytrain_job_step\{[^}]*job_id="%s"[^}]*\} (\S+)' % job, open(metrics).read(), re.M)
+last["metrics"] = int(float(m.group(1)))
+last["checkpoint dir"] = max(int(n[5:]) for n in open(ckpt).read().split())
+last["status checkpoints"] = max(s["checkpoints"])
+assert set(last.values()) == {30}, last
+evals = {r["step"] for r in rows if r["type"] == "eval"}
+validations = {int(v) for v in re.findall(r"^validation at step (\d+):", open(text).read(), re.M)}
+assert evals == validations == {10, 20, 30}, (evals, validations)
+assert sorted(s["checkpoints"]) == sorted(int(n[5:]) for n in open(ckpt).read().split()) == [10, 20, 30], s["checkpoints"]
+assert min(r["step"] for r in rows if r["type"] == "step") == 1
+assert s["plans"][0]["from_step"] == 1, s["plans"][0]
+print("ok: one step numbering: the last step is 30 in", ", ".join(last))
+PY
+
 # plot: two jobs against step and against wall-clock time.
 "$cli" plot "$plain" "$halves" -o "$work/plot.svg" > /dev/null || fail "plot failed"
 "$cli" plot "$plain" --x time -o "$work/time.svg" > /dev/null || fail "plot --x time failed"
@@ -112,13 +141,13 @@ echo "ok: probe with an unknown key refused: $(head -1 "$work/stranger.out")"
 
 # export: final weights and a checkpoint's, against the stages' own files.
 "$cli" export "$plain" -o "$work/final.safetensors" || fail "export failed"
-"$cli" export "$plain" --step 19 -o "$work/step19.safetensors" || fail "export --step failed"
+"$cli" export "$plain" --step 20 -o "$work/step20.safetensors" || fail "export --step failed"
 # -o never renames over what is not a regular file (run as root, that replaced a device node).
 if "$cli" export "$plain" -o /dev/null 2> "$work/devnull.err"; then fail "export -o /dev/null was not refused"; fi
 grep -q '"/dev/null" exists and is not a regular file' "$work/devnull.err" || fail "export -o /dev/null: $(cat "$work/devnull.err")"
 [ -c /dev/null ] || fail "/dev/null is no longer a device"
 jobdir_a=$work/a/jobs/$plain jobdir_b=$work/b/jobs/$plain
-"$python" - "$work/final.safetensors" "$work/step19.safetensors" "$jobdir_a" "$jobdir_b" <<'PY' || fail "exported weights differ"
+"$python" - "$work/final.safetensors" "$work/step20.safetensors" "$jobdir_a" "$jobdir_b" <<'PY' || fail "exported weights differ"
 import json, struct, sys, torch
 def read(path):  # a safetensors reader: the format's own layout, nothing else assumed
     data = open(path, "rb").read()
@@ -142,16 +171,16 @@ assert set(final) == set(expected), set(final) ^ set(expected)
 for name, t in expected.items():
     assert torch.equal(final[name], t), name
 assert "block3.mlp.fc.weight" in final or any(k.startswith("block3.") for k in final), sorted(final)[:5]
-step19, meta = read(sys.argv[2])
-assert meta["skytrain_step"] == "19", meta
+step20, meta = read(sys.argv[2])
+assert meta["skytrain_step"] == "20", meta
 checkpoint = {}
 for d, stage in ((sys.argv[3], 0), (sys.argv[4], 1)):
-    ckpt, _ = read(f"{d}/checkpoints/step-00000019/stage-{stage}.safetensors")
+    ckpt, _ = read(f"{d}/checkpoints/step-00000020/stage-{stage}.safetensors")
     checkpoint.update({k[len("param/"):]: v for k, v in ckpt.items() if k.startswith("param/")})
-assert set(step19) == set(checkpoint) == set(final)
-assert all(torch.equal(step19[k], checkpoint[k]) for k in checkpoint)
-assert any(not torch.equal(step19[k], final[k]) for k in final), "step 19 equals the final weights"
-print("ok: export: %d tensors, final == the stages' .pt files, step 19 == its checkpoint" % len(final))
+assert set(step20) == set(checkpoint) == set(final)
+assert all(torch.equal(step20[k], checkpoint[k]) for k in checkpoint)
+assert any(not torch.equal(step20[k], final[k]) for k in final), "step 20 equals the final weights"
+print("ok: export: %d tensors, final == the stages' .pt files, step 20 == its checkpoint" % len(final))
 PY
 if SKYTRAIN_KEY=$work/keys/admin.key "$cli" export "$plain" --step 99 -o "$work/x.safetensors" 2> "$work/nostep.err"; then
   fail "export of a step with no checkpoint succeeded"
@@ -184,7 +213,7 @@ def ask(key_name, **request):
 reply = ask("other")
 assert reply["ok"] is False and "admin role" in reply["error"], reply
 print("ok: export by another user refused:", reply["error"][:90])
-for request, expected in [({"step": 99}, "no checkpoint after step 99"), ({"offset": 1 << 40}, "past the end"),
+for request, expected in [({"step": 99}, "no checkpoint after step 100"), ({"offset": 1 << 40}, "past the end"),
                           ({"stage": 7}, "never hosted"), ({"job": "../../etc"}, "job")]:
     reply = ask("user", **request)
     assert reply["ok"] is False and expected in reply["error"], (request, reply)

@@ -77,8 +77,8 @@ PY
 
 # (Each query waits, up to a minute, until its filter holds: scrapes run every second.)
 query 'sum(up{job="skytraind"}) == 2' > /dev/null || fail "both daemons never up at once: $(query 'up')"
-step=$(query "max_over_time(skytrain_job_step{job_id=\"$job\"}[5m]) == 39") ||
-  fail "Prometheus never saw step 39 of job $job: $(query "skytrain_job_step")"
+step=$(query "max_over_time(skytrain_job_step{job_id=\"$job\"}[5m]) == 40") ||
+  fail "Prometheus never saw step 40 (the last, numbered from 1) of job $job: $(query "skytrain_job_step")"
 echo "ok: Prometheus has skytrain_job_step = ${step##* } for job $job"
 sent=$(query "skytrain_stage_sent_bytes_total{job_id=\"$job\", stage=\"0\", direction=\"forward\"}") || fail "no bytes series"
 raw=$(query "skytrain_stage_sent_raw_bytes_total{job_id=\"$job\", stage=\"0\", direction=\"forward\"}") || fail "no raw series"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The docs cannot rot: runs, literally, every ```sh block of docs/quickstart.md in order (as
+# one script from a view of the repository root, HOME an empty folder, an unprivileged user's
+# setting), then the ```sh blocks of docs/operations.md's "Keys for two clusters" with
+# /etc/skytrain in a temporary folder (lines that start with `sudo systemctl`, `scp` or `ssh`
+# move files between hosts or start services: skipped, the files being on this one machine).
+# Usage: docs_commands_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+source_dir=$(cd "$1" && pwd) build_dir=$(cd "$2" && pwd)
+work=$(mktemp -d)
+group=
+cleanup() {
+  [ -n "$group" ] && kill -TERM -- "-$group" 2> /dev/null || true
+  sleep 0.5
+  [ -n "$group" ] && kill -KILL -- "-$group" 2> /dev/null || true
+  [ -n "${KEEP_DOCS_WORK:-}" ] && echo "kept $work" || rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# sh_blocks FILE [HEADING]: the ```sh blocks of FILE (under the level-2 HEADING only, if given).
+sh_blocks() {
+  python3 - "$@" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+if len(sys.argv) > 2:
+    m = re.search(r"^## " + re.escape(sys.argv[2]) + r"\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
+    if not m:
+        sys.exit(f"{sys.argv[1]}: no section '## {sys.argv[2]}'")
+    text = m.group(1)
+blocks = re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)
+if not blocks:
+    sys.exit(f"{sys.argv[1]}: no ```sh block")
+print("\n".join(blocks))
+PY
+}
+
+# A view of the repository root whose build/ is this build tree.
+mkdir -p "$work/repo" "$work/home"
+for entry in "$source_dir"/*; do ln -s "$entry" "$work/repo/$(basename "$entry")"; done
+rm -f "$work/repo/build"
+ln -s "$build_dir" "$work/repo/build"
+
+{ echo "set -euo pipefail"; sh_blocks "$source_dir/docs/quickstart.md"; } > "$work/quickstart.sh"
+echo "== docs/quickstart.md: $(grep -c . "$work/quickstart.sh") lines"
+(cd "$work/repo" && HOME=$work/home XDG_CONFIG_HOME= SKYTRAIN_DAEMON= SKYTRAIN_KEY= SKYTRAIN_DAEMON_KEY= \
+   SKYTRAIN_KNOWN_DAEMONS= setsid bash -x "$work/quickstart.sh") > "$work/quickstart.log" 2>&1 &
+group=$!
+if ! wait "$group"; then
+  tail -60 "$work/quickstart.log"
+  fail "docs/quickstart.md, run as written, failed"
+fi
+kill -TERM -- "-$group" 2> /dev/null || true
+group=
+echo "ok: docs/quickstart.md runs as written"
+
+etc=$work/etc-skytrain
+sh_blocks "$source_dir/docs/operations.md" "Keys for two clusters" |
+  sed -e "s#/etc/skytrain#$etc#g" | grep -vE '^[[:space:]]*(sudo systemctl|scp|ssh)( |$)' > "$work/keys-body.sh"
+{ echo "set -euo pipefail"; echo "PATH=$work/bin:\$PATH"; cat "$work/keys-body.sh"; } > "$work/keys.sh"
+mkdir -p "$work/bin" "$work/home2"
+ln -s "$build_dir/client/skytrain" "$work/bin/skytrain"
+ln -s "$build_dir/daemon/skytraind" "$work/bin/skytraind"
+grep -q '/etc/skytrain' "$work/keys.sh" && fail "a path under /etc/skytrain was not redirected"
+grep -qE '^[[:space:]]*sudo ' "$work/keys.sh" && fail "the keys section needs sudo beyond systemctl"
+(cd "$work" && HOME=$work/home2 XDG_CONFIG_HOME= SKYTRAIN_KNOWN_DAEMONS= bash -x "$work/keys.sh") > "$work/keys.log" 2>&1 ||
+  { tail -40 "$work/keys.log"; fail "docs/operations.md \"Keys for two clusters\", run as written, failed"; }
+ls "$etc"/* > /dev/null 2>&1 || fail "the keys section wrote nothing under /etc/skytrain"
+echo "ok: docs/operations.md \"Keys for two clusters\" runs as written ($(ls "$etc" | tr '\n' ' '))"
