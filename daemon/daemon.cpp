@@ -201,15 +201,7 @@ void Daemon::run() {
       refusals_.flush();
       reportRefusals_.flush();
     }
-    if (reloadRequested_.exchange(false)) {
-      access_->reload();
-      if (!config_.insecure) {
-        try {
-              } catch (const std::exception& e) {
-          spdlog::error("security: kept the previous known daemons: {}", e.what());
-        }
-      }
-    }
+    if (reloadRequested_.exchange(false)) access_->reload();  // known_daemons is read at each submit
     stages_->reap();
     reapCoordinators();
     if (heartbeat_ && std::chrono::steady_clock::now() - lastBeat > std::chrono::seconds(1)) {

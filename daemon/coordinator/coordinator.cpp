@@ -183,8 +183,10 @@ void Coordinator::run() {
         outcome = Outcome::Retry;
         why = std::string(e.what()) + "; falling back to the previous checkpoint";
       }
-      const bool recurs =
-          why.find(protocol::kNonFinite) != std::string::npos || why.find(protocol::kBadModel) != std::string::npos;
+      const bool recurs = why.find(protocol::kNonFinite) != std::string::npos ||
+                          why.find(protocol::kBadModel) != std::string::npos ||
+                          why.find(protocol::kBadData) != std::string::npos ||
+                          why.find(protocol::kBadSpec) != std::string::npos;
       if (outcome == Outcome::Retry && recurs) throw Error(why);
       if (outcome == Outcome::Retry && from >= 0 && why.find(protocol::kBadCheckpoint) != std::string::npos) {
         table_.dropCheckpoint(jobId_, from);
@@ -293,6 +295,7 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       return Outcome::Retry;
     }
     for (int s : table_.progress(jobId_).stagesDone) heartbeats.finished(s);
+    heartbeats.setComplete(table_.progress(jobId_).lastCheckpoint);
     if (auto lost = heartbeats.lost()) {
       // A stage that is done may be freed before its report is read here (a fan-in's
       // producers finish first): near the job's end, give its report a moment before

@@ -71,6 +71,7 @@ void HeartbeatMonitor::run() {
           beat.job = jobId_;
           beat.stage = stages_[i].stage;
           beat.replica = stages_[i].replica;
+          beat.complete = complete_.load();
           auto message = protocol::toJson(beat);
           message["id"] = id++;
           clients[i]->post(message);

@@ -43,6 +43,10 @@ class HeartbeatMonitor {
   std::optional<Lost> lost() const;
   // The stage reported done: its daemon may free it, so it is watched no more.
   void finished(int stage);
+  // The newest checkpoint every stage has confirmed, sent with each heartbeat: the stages
+  // keep it whatever they prune (a stage whose own later checkpoints were written while
+  // another's failed would otherwise prune the only one a restart can use).
+  void setComplete(int64_t step) { complete_ = step; }
 
  private:
   void run();
@@ -53,6 +57,7 @@ class HeartbeatMonitor {
   double intervalS_;
   int misses_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> complete_{-1};
   mutable std::mutex mutex_;  // guards lost_ and finished_
   std::vector<std::string> lost_;  // per stage: why it was lost; empty while it answers
   std::vector<bool> finished_;

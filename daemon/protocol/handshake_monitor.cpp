@@ -56,6 +56,16 @@ std::string HandshakeMonitor::explain(uint16_t event, uint32_t value) const {
          " (check known_daemons or --daemon-key)";
 }
 
+bool HandshakeMonitor::dropped() {
+  failure();
+  return dropped_;
+}
+
+bool HandshakeMonitor::everConnected() {
+  failure();
+  return everConnected_;
+}
+
 std::optional<std::string> HandshakeMonitor::failure() {
   while (!failure_) {
     zmq::message_t event, address;
@@ -67,9 +77,10 @@ std::optional<std::string> HandshakeMonitor::failure() {
     std::memcpy(&id, event.data(), 2);
     std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-      handshakeDone_ = true;
+      handshakeDone_ = everConnected_ = true;
     } else if (id == ZMQ_EVENT_DISCONNECTED) {
       if (!handshakeDone_) failure_ = explain(id, value);
+      dropped_ = dropped_ || handshakeDone_;
       handshakeDone_ = false;
     } else {
       failure_ = explain(id, value);

@@ -20,6 +20,11 @@ class HandshakeMonitor {
 
   // Reads the events so far; a sentence saying why the handshake failed, else nullopt.
   std::optional<std::string> failure();
+  // Whether a connection that completed its handshake has dropped since (ZeroMQ reconnects
+  // on its own, but what was in flight on the old connection is lost). Reads the events.
+  bool dropped();
+  // Whether a handshake has ever completed. Reads the events.
+  bool everConnected();
   // For polling beside the monitored socket.
   zmq::socket_t& events() { return pair_; }
 
@@ -32,6 +37,8 @@ class HandshakeMonitor {
   std::string keyName_;
   std::string serverKey_;
   bool handshakeDone_ = false;
+  bool everConnected_ = false;
+  bool dropped_ = false;
   std::optional<std::string> failure_;
 };
 

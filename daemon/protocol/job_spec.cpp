@@ -29,8 +29,8 @@ DataSpec parseData(ObjectReader r) {
   }
   if (d.format == "tokens") {
     d.dtype = r.string("dtype", d.dtype);
-    if (d.dtype != "uint16" && d.dtype != "uint32") {
-      throw SpecError(r.pathOf("dtype"), "\"" + d.dtype + "\" (flat token files: uint16 or uint32)");
+    if (d.dtype != "uint16" && d.dtype != "int32" && d.dtype != "uint32") {
+      throw SpecError(r.pathOf("dtype"), "\"" + d.dtype + "\" is not a dtype of flat token files (valid: uint16, int32, uint32)");
     }
   }
   if (const auto* blend = r.child("blend", false)) {

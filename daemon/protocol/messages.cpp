@@ -186,7 +186,12 @@ Request parseBody(const std::string& type, ObjectReader& r) {
   }
   if (type == "cancel") return Cancel{jobId(r)};
   if (type == "resume") return Resume{jobId(r)};
-  if (type == "stage.heartbeat") return refOnly<StageHeartbeat>(r);
+  if (type == "stage.heartbeat") {
+    StageHeartbeat m;
+    readRef(r, m);
+    m.complete = r.integer("complete", -1, -1, kBig);
+    return m;
+  }
   if (type == "stage.prepare") {
     StagePrepare m;
     readRef(r, m);
@@ -259,7 +264,7 @@ struct ToJson {
   json operator()(const Status& m) const { return {{"type", "status"}, {"job", m.job}, {"since", m.since}}; }
   json operator()(const Cancel& m) const { return {{"type", "cancel"}, {"job", m.job}}; }
   json operator()(const Resume& m) const { return {{"type", "resume"}, {"job", m.job}}; }
-  json operator()(const StageHeartbeat& m) const { return ref("stage.heartbeat", m, json::object()); }
+  json operator()(const StageHeartbeat& m) const { return ref("stage.heartbeat", m, {{"complete", m.complete}}); }
   json operator()(const StagePrepare& m) const {
     return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"owner", m.owner}, {"proof", m.proof}, {"attempt", m.attempt},
                                     {"resume_step", m.resumeStep}});

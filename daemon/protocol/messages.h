@@ -71,7 +71,11 @@ constexpr size_t kMaxProducers = 64;
 struct StageAbort : StageRef {};
 struct StagePlan : StageRef, PlanMessage {};
 // Liveness: answered by the control thread, also while the stage computes.
-struct StageHeartbeat : StageRef {};
+struct StageHeartbeat : StageRef {
+  // The newest checkpoint every stage has confirmed (a step index; -1: none): the one a
+  // restart would resume from, which the stage must keep whatever it prunes.
+  int64_t complete = -1;
+};
 struct StageProfile : StageRef {
   int64_t atStep = -1;  // -1: cancel a pending profile
 };

@@ -71,8 +71,8 @@ StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId
   return snapshot;
 }
 
-CheckpointWriter::CheckpointWriter(std::string jobDir, int stage, int keep)
-    : jobDir_(std::move(jobDir)), stage_(stage), keep_(keep) {
+CheckpointWriter::CheckpointWriter(std::string jobDir, int stage, int keep, std::function<int64_t()> complete)
+    : jobDir_(std::move(jobDir)), stage_(stage), keep_(keep), complete_(std::move(complete)) {
   // Checkpoints of earlier attempts count towards `keep`.
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(jobDir_ + "/checkpoints", ec)) {
@@ -197,15 +197,22 @@ void CheckpointWriter::run() {
 
 void CheckpointWriter::prune(int64_t newest) {
   kept_.emplace_back(newest, checkpointDir(jobDir_, newest));
-  while (static_cast<int>(kept_.size()) > keep_ + 1) {
-    const std::string old = kept_.front().second;
-    kept_.erase(kept_.begin());
-    const std::string file = old + "/stage-" + std::to_string(stage_);
+  const int64_t complete = complete_ ? complete_() : -1;
+  // The newest keep + 1 stay, and the complete one; the rest go.
+  std::vector<std::pair<int64_t, std::string>> staying;
+  for (size_t i = 0; i < kept_.size(); ++i) {
+    const bool recent = i + static_cast<size_t>(keep_) + 1 >= kept_.size();
+    if (recent || kept_[i].first == complete) {
+      staying.push_back(kept_[i]);
+      continue;
+    }
+    const std::string file = kept_[i].second + "/stage-" + std::to_string(stage_);
     std::error_code ec;
     std::filesystem::remove(file + ".json", ec);  // the JSON first: then it is gone
     std::filesystem::remove(file + ".safetensors", ec);
-    std::filesystem::remove(old, ec);  // only when empty (other stages' files)
+    std::filesystem::remove(kept_[i].second, ec);  // only when empty (other stages' files)
   }
+  kept_ = std::move(staying);
 }
 
 }  // namespace skytrain::daemon

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,11 +43,14 @@ struct StageSnapshot {
 // and the problem (missing, truncated, corrupted, another job's or stage's, another step's).
 StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId, int64_t step, int stage);
 
-// Writes snapshots on its own thread, in order, keeping this stage's newest `keep` + 1, each
-// streamed from its tensors to the file in the CPU time the stage's compute leaves idle.
+// Writes snapshots on its own thread, in order, keeping this stage's newest `keep` + 1 and
+// the one `complete` names (the newest every stage has confirmed: what a restart resumes
+// from, which may be older than this stage's newest few when another stage's writes
+// failed), each streamed from its tensors to the file in the CPU time the stage's compute
+// leaves idle.
 class CheckpointWriter {
  public:
-  CheckpointWriter(std::string jobDir, int stage, int keep);
+  CheckpointWriter(std::string jobDir, int stage, int keep, std::function<int64_t()> complete = {});
   ~CheckpointWriter();  // writes what is queued, then joins
 
   void write(int64_t step, StageSnapshot snapshot);
@@ -69,6 +73,7 @@ class CheckpointWriter {
   std::string jobDir_;
   int stage_;
   int keep_;
+  std::function<int64_t()> complete_;
   std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
   std::deque<std::pair<int64_t, StageSnapshot>> queue_;

@@ -83,6 +83,7 @@ void FanIn::waitForCredit(uint64_t step) {
       continue;
     }
     if (!ahead) break;
+    links_.checkLinks();
     if (Clock::now() > deadline) {
       throw PeerError("no acknowledgement of step " + std::to_string(s - context_.spec.maxStaleness) +
                       " from the consumer within " + fmt::format("{:g}", context_.spec.peerTimeoutS) + " s");
@@ -195,6 +196,7 @@ compression::TensorFrame FanIn::takeProducerFrame(FrameDirection direction, uint
     context_.checkAborted();
     auto frame = links_.producer(0).recv(std::chrono::milliseconds(50));
     if (!frame) {
+      links_.checkLinks();
       if (Clock::now() > deadline) {
         throw PeerError("no " + compression::toString(direction) + " frame of step " + std::to_string(step + 1) +
                         " micro-batch " + std::to_string(microBatch & 0xffff) + " from producer " +

@@ -209,7 +209,9 @@ protocol::Json StageHost::plan(const protocol::StagePlan& request, const std::st
 }
 
 protocol::Json StageHost::heartbeat(const protocol::StageHeartbeat& request, const std::string& caller) {
-  find(request, caller).touch();
+  StageWorker& worker = find(request, caller);
+  worker.touch();
+  worker.keepCheckpoint(request.complete);
   return {{"ok", true}};
 }
 

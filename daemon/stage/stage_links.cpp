@@ -52,6 +52,16 @@ uint64_t StageLinks::bytesSent() const {
   return sent;
 }
 
+void StageLinks::checkLinks() {
+  auto check = [&](PeerLink* link, const std::string& which) {
+    if (!link) return;
+    if (auto why = link->failure()) throw PeerError("data link to " + which + ": " + *why);
+  };
+  check(previous_.get(), "stage " + std::to_string(context_.stage - 1));
+  check(next_.get(), "stage " + std::to_string(context_.stage + 1));
+  for (size_t i = 0; i < producers_.size(); ++i) check(producers_[i].get(), "producer " + std::to_string(i));
+}
+
 compression::TensorFrame StageLinks::awaitFrame(PeerLink& link, FrameDirection direction, uint64_t step,
                                                 int microBatch) {
   const double timeoutS = context_.spec.peerTimeoutS;
@@ -69,6 +79,7 @@ compression::TensorFrame StageLinks::awaitFrame(PeerLink& link, FrameDirection d
     context_.checkAborted();
     auto frame = early ? std::exchange(early, std::nullopt) : link.recv(std::chrono::milliseconds(50));
     if (!frame) {
+      checkLinks();
       if (Clock::now() > deadline) {
         throw PeerError("no " + compression::toString(direction) + " frame of step " + std::to_string(step + 1) +
                         " micro-batch " + std::to_string(microBatch) + " from stage " + std::to_string(from) +

@@ -48,8 +48,12 @@ class StageLinks {
   // frames; a few wait here until their gradient is applied.
   void setStashNorms(bool on) { stashNorms_ = on; }
 
+  // Throws PeerError naming the link when one of this stage's outgoing data connections has
+  // failed (PeerLink::failure: refused, dropped by a partition, never made).
+  void checkLinks();
   // The next frame of (direction, step, micro-batch) from `link`; any other frame is a
-  // WireError, none within peer_timeout_s a PeerError; throws Aborted when told to stop.
+  // WireError, none within peer_timeout_s a PeerError, as is a failed data connection
+  // (checkLinks); throws Aborted when told to stop.
   compression::TensorFrame awaitFrame(PeerLink& link, compression::FrameDirection direction, uint64_t step,
                                       int microBatch);
   // awaitFrame's frame, checked to carry expectedShape (float32) before it is decoded by its

@@ -147,20 +147,24 @@ void StageWorker::run() {
       spdlog::info("job {} {}: restored the checkpoint of step {} (attempt {})", a.jobId, name, a.resumeStep + 1,
                    a.attempt);  // counted from 1, as the coordinator's event says
     }
-    CheckpointWriter writer(a.jobDir, a.stage, a.spec.checkpoint.keep);
+    if (a.resumeStep >= 0 && complete_ < a.resumeStep) complete_ = a.resumeStep;  // complete: it was resumed from
+    CheckpointWriter writer(a.jobDir, a.stage, a.spec.checkpoint.keep, [this] { return complete_.load(); });
     runner.setUpdateFence([&writer] { writer.awaitReleased(); });
     if (!waitForStart()) throw Aborted{};
     const auto& n = neighbours_;
+    const double liveness = a.spec.failure.lostAfterS();  // as long as a silent daemon is given
     if (!n.producers.empty()) {  // a fan-in's consumer: every producer's frames share one queue
       std::vector<std::unique_ptr<PeerLink>> producers;
       for (const auto& p : n.producers) {
-        producers.push_back(makeZmqPeerLink(context_, p.endpoint, {a.self, p.key}, mailbox_->fromPrevious));
+        producers.push_back(makeZmqPeerLink(context_, p.endpoint, {a.self, p.key}, mailbox_->fromPrevious, liveness));
       }
       runner.connectProducers(std::move(producers));
     } else {
       runner.connect(n.previous.empty() ? nullptr
-                                        : makeZmqPeerLink(context_, n.previous, {a.self, n.previousKey}, mailbox_->fromPrevious),
-                     n.next.empty() ? nullptr : makeZmqPeerLink(context_, n.next, {a.self, n.nextKey}, mailbox_->fromNext));
+                                        : makeZmqPeerLink(context_, n.previous, {a.self, n.previousKey},
+                                                          mailbox_->fromPrevious, liveness),
+                     n.next.empty() ? nullptr
+                                    : makeZmqPeerLink(context_, n.next, {a.self, n.nextKey}, mailbox_->fromNext, liveness));
     }
     if (protocol::replicaCount(a.spec) > 1) {
       ReplicaGroupOptions o;
@@ -250,7 +254,13 @@ void StageWorker::run() {
   } catch (const std::exception& e) {
     // LibTorch's errors carry a C++ backtrace: the user gets the message without it.
     const auto* torchError = dynamic_cast<const c10::Error*>(&e);
-    const std::string message = torchError ? torchError->what_without_backtrace() : e.what();
+    std::string message = torchError ? torchError->what_without_backtrace() : e.what();
+    // What a restart would meet again is said so, for the coordinator not to retry it.
+    if (dynamic_cast<const SpecError*>(&e)) {
+      message = protocol::kBadSpec + message;
+    } else if (message.rfind("data: ", 0) == 0) {  // the data libraries' errors
+      message = protocol::kBadData + message.substr(6);
+    }
     spdlog::error("job {} {}: failed: {}", a.jobId, name, message);
     auto failed = simple(protocol::ReportKind::Failed, 0);
     failed.error = message.substr(0, protocol::kMaxErrorLength);

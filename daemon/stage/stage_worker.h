@@ -61,6 +61,10 @@ class StageWorker {
   // Whether any heartbeat came: the coordinator sends them once every stage is started,
   // which under load takes longer than the heartbeat's bound.
   bool heard() const { return heard_.load(); }
+  // The newest checkpoint every stage has confirmed (from the heartbeats): never pruned.
+  void keepCheckpoint(int64_t step) {
+    if (step >= 0) complete_ = step;
+  }
 
   // The coordinator's plan after a profile; the worker waits for it at that step boundary.
   void deliverPlan(const RunPlan& plan);
@@ -88,6 +92,7 @@ class StageWorker {
   std::atomic<bool> aborted_{false};
   std::atomic<Clock::rep> lastHeartbeat_{Clock::now().time_since_epoch().count()};
   std::atomic<bool> heard_{false};
+  std::atomic<int64_t> complete_{-1};  // keepCheckpoint's; the resumed-from one at first
   std::atomic<bool> finished_{false};
   std::thread thread_;  // owns the stage, its optimizer, data and sockets
 };

@@ -14,6 +14,8 @@
 #include "daemon/daemon.h"
 #include "daemon/protocol/control.h"
 #include "daemon_fixture.h"
+#include "stages/token_files.h"
+#include "stages/token_manifest.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;
@@ -103,4 +105,28 @@ TEST_CASE("one memory budget covers every stage a daemon hosts: a second job is 
   // With the first job gone, the same job fits.
   for (int i = 0; i < 200 && ping(context, b, {})["hosted_stages"] != 0; ++i) std::this_thread::sleep_for(milliseconds(50));
   CHECK(runJob(context, a.control(), twoStageSpec(a.control(), b.control(), 2))["state"] == "succeeded");
+}
+
+TEST_CASE("a token past the model's vocabulary fails the job at once, not after every restart", "[integration]") {
+  TestDaemon a("vocaba"), b("vocabb");
+  zmq::context_t context;
+  const auto dir = scratch("vocab-tokens");
+  {
+    stages::TokenShardWriter w((dir / "train-00000.bin").string(), stages::TokenDtype::U16, true);
+    std::vector<int32_t> ids(4000, 65);
+    for (int at : {500, 1500, 2000, 2500, 3500}) ids[at] = 60000;  // a model of 256 tokens cannot embed it
+    w.append(ids);
+    w.finish();
+  }
+  stages::TokenManifest manifest;
+  manifest.train = {"train-00000.bin"};
+  std::ofstream(dir / stages::kTokenManifestName) << stages::tokenManifestJson(manifest);
+  Json spec = twoStageSpec(a.control(), b.control(), 200);
+  spec["data"] = {{"format", "tokens"}, {"files", {dir.string()}}};
+  const Json status = runJob(context, a.control(), spec);
+  INFO(status.dump());
+  REQUIRE(status["state"] == "failed");
+  CHECK_THAT(status["error"].get<std::string>(), Catch::Contains("bad data: token id 60000"));
+  CHECK(status["restarts"] == 0);  // a restart would read the same token again
+  std::filesystem::remove_all(dir);
 }

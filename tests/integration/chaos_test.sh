@@ -6,7 +6,8 @@
 #          daemon frees the job; the coordinator must say so, not call its own stage lost
 #   coord  kill -9 the coordinating daemon (it also hosts stage 0), start it again
 #   orphan kill -9 the coordinating daemon and leave it down: the stage-1 daemon must free
-#          the job within the heartbeat bound; then start it again
+#          the job within the heartbeat bound (its data link to stage 0 frees it first); then
+#          start it again
 #   corrupt kill -9 the stage-1 daemon and corrupt its two newest checkpoints: the
 #          coordinator must fall back to an older complete one
 #   record kill -9 the coordinating daemon and cut its job record (record.json) at a random
@@ -16,6 +17,13 @@
 #   disk   the stage-1 daemon cannot write its next three checkpoints (an I/O error, as a full
 #          disk gives): training goes on, an event names each; then kill -9 it: the job
 #          resumes from the newest checkpoint written
+#   partition  stage 1's daemon's data port drops every packet for 6 s (an nftables rule in
+#          the test's own network namespace) while its control port, and so its heartbeats,
+#          stay up: the data connection must be found dead in seconds, not after
+#          peer_timeout_s (run as root only: otherwise skipped)
+#   replica  a job with two copies of each stage (stage 1's second copy on a third daemon,
+#          C): kill -9 C mid-step and start it again a second later; every copy resumes from
+#          the checkpoint, the copies bit-identical to an undisturbed replicated run's
 #   resume cancel the job, then `skytrain resume` it from its last checkpoint
 #   kill-tokens  the kill case, reading a pre-tokenised corpus (`skytrain data prepare`)
 # In the coord case `skytrain logs -f` follows the job throughout and must re-attach.
@@ -26,10 +34,19 @@
 # Prints detection time, time to resume and work lost per case (docs/BENCHMARKS.md).
 # Usage: chaos_test.sh SKYTRAIND SKYTRAIN CORPUS [CASE...]   (default: all cases)
 set -euo pipefail
+# In a network namespace of its own where it can (root): nothing outside it is touched, and
+# the partition case may drop packets there.
+if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] && [ "$(id -u)" = 0 ] && unshare --net true 2> /dev/null; then
+  exec unshare --net env SKYTRAIN_CHAOS_NETNS=1 bash -c 'ip link set lo up && exec bash "$0" "$@"' "$0" "$@"
+fi
 daemon=$1 cli=$2 corpus=$3
 shift 3
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost disk resume)
+[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost disk partition replica resume)
+if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] || ! command -v nft > /dev/null; then
+  echo "chaos_test: the partition case needs root and nft (own network namespace): skipped" >&2
+  keep=(); for c in "${cases[@]}"; do [ "$c" = partition ] || keep+=("$c"); done; cases=("${keep[@]}")
+fi
 work=$(mktemp -d)
 source "$(dirname "$0")/../../deploy/local-daemons.sh"
 cleanup() { stop_daemons; rm -rf "$tokens"; for p in $(cat "$work"/*.pid 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"; }
@@ -38,16 +55,19 @@ fail() { echo "FAIL: $*" >&2; for f in "$work"/*/daemon.log; do echo "== $f"; ta
 now() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
 ports=($(python3 -c '
 import socket
-socks = [socket.socket() for _ in range(4)]
+socks = [socket.socket() for _ in range(6)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))'))
 data_root=$(dirname "$corpus")
 tokens=$data_root/chaos-tokens-$$  # under the daemons' data_roots
 "$cli" data prepare "$corpus" -o "$tokens" --split line --validation 0.01 --no-progress > /dev/null
-make_keys "$work/keys" "$cli" 2
+make_keys "$work/keys" "$cli" 3
+export daemon_config_extra=', "private_address": "127.0.0.1"'  # the replica case's Gloo links
 start_daemon A "$daemon" "$work/a" "tcp://127.0.0.1:${ports[0]}" "tcp://127.0.0.1:${ports[1]}"
 start_daemon B "$daemon" "$work/b" "tcp://127.0.0.1:${ports[2]}" "tcp://127.0.0.1:${ports[3]}"
-pid_a=${daemon_pids[0]} pid_b=${daemon_pids[1]}
+start_daemon C "$daemon" "$work/c" "tcp://127.0.0.1:${ports[4]}" "tcp://127.0.0.1:${ports[5]}"
+unset daemon_config_extra
+pid_a=${daemon_pids[0]} pid_b=${daemon_pids[1]} pid_c=${daemon_pids[2]}
 export SKYTRAIN_DAEMON=$A
 
 # restart DIR: the daemon of DIR again, same config, ports and state; prints its pid.
@@ -57,10 +77,10 @@ restart() {
   echo $!
 }
 
-spec() {  # spec NAME VARIANT (none, ef, delayed or pred) -> path
-  python3 - "$A" "$B" "$corpus" "$work/$1.json" "$2" "$tokens" <<'PY'
+spec() {  # spec NAME VARIANT (none, ef, delayed, pred, tokens or replica) -> path
+  python3 - "$A" "$B" "$corpus" "$work/$1.json" "$2" "$tokens" "$C" <<'PY'
 import json, sys
-a, b, corpus, out, codecs, tokens = sys.argv[1:]
+a, b, corpus, out, codecs, tokens, c = sys.argv[1:]
 s = {"name": out, "seed": 7, "steps": 150, "batch_size": 8, "micro_batches": 2, "schedule": "1f1b",
      "model": {"d_model": 64, "heads": 4, "layers": 2, "d_ff": 256, "seq_len": 64},
      "data": {"files": [corpus]}, "eval": {"samples": 8},
@@ -74,6 +94,9 @@ if codecs == "pred":
     s["compression"] = {"forward": "q13+pred", "backward": "q13"}
 if codecs == "tokens":
     s["data"] = {"format": "tokens", "files": [tokens]}
+if codecs == "replica":
+    s["stages"][0]["replicas"] = [{"daemon": a}]
+    s["stages"][1]["replicas"] = [{"daemon": c}]
 
 json.dump(s, open(out, "w"))
 print(out)
@@ -108,7 +131,7 @@ same_weights() {  # same_weights JOB1 JOB2: every stage's saved parameters, byte
 }
 
 declare -A reference
-for codecs in none ef delayed pred tokens; do
+for codecs in none ef delayed pred tokens replica; do
   job=$("$cli" submit --detach "$(spec "ref-$codecs" "$codecs")" | awk '{print $3}')
   wait_end "$job"
   reference[$codecs]=$job
@@ -120,7 +143,7 @@ import json, sys
 s = json.load(sys.stdin)
 fault, at = float('$3'), int('$4')
 events = s['events']
-lost = next((e for e in events if 'lost' in e['message'] or 'restarted' in e['message']), None)
+lost = next((e for e in events if e.get('failure') or 'lost' in e['message'] or 'restarted' in e['message']), None)
 resumed = next((e for e in events if 'resuming from' in e['message'] or 'starting over' in e['message']), None)
 ckpt = next((e['message'] for e in events if 'resuming from the checkpoint of step' in e['message']), '')
 import re
@@ -135,7 +158,7 @@ echo "| case | detection | fault to resumed attempt | resumed from | restarts |"
 echo "|---|---|---|---|---|"
 for c in "${cases[@]}"; do
   codecs=none; [ "$c" = kill-ef ] && codecs=ef; [ "$c" = kill-delayed ] && codecs=delayed; [ "$c" = kill-pred ] && codecs=pred
-  [ "$c" = kill-tokens ] && codecs=tokens
+  [ "$c" = kill-tokens ] && codecs=tokens; [ "$c" = replica ] && codecs=replica
   job=$("$cli" submit --detach "$(spec "$c" "$codecs")" | awk '{print $3}')
   follower=
   if [ "$c" = coord ]; then
@@ -158,8 +181,11 @@ for c in "${cases[@]}"; do
     coord|orphan)
       kill -9 "$pid_a"; wait "$pid_a" 2>/dev/null || true
       if [ "$c" = orphan ]; then
-        for _ in $(seq 100); do grep -q "job $job stage 1: aborted" "$work/b/daemon.log" && break; sleep 0.1; done
-        grep -q "job $job stage 1: no heartbeat from the coordinator" "$work/b/daemon.log" || fail "stage 1 kept the orphaned job"
+        # Freed by its data link to the dead daemon's stage (reset at once), else by the
+        # coordinator's silence (the heartbeat bound).
+        for _ in $(seq 100); do grep -qE "job $job stage 1: (aborted|failed: data link)" "$work/b/daemon.log" && break; sleep 0.1; done
+        grep -qE "job $job stage 1: (no heartbeat from the coordinator|failed: data link to stage 0)" "$work/b/daemon.log" ||
+          fail "stage 1 kept the orphaned job"
         freed=$(python3 -c "import time; print(f'{time.time() - $t:.2f}')")
         echo "orphaned stage freed after $freed s" >&2
         python3 -c "import sys; sys.exit(0 if $freed <= 5 else 1)" || fail "orphaned stage held for $freed s"
@@ -196,6 +222,16 @@ for c in "${cases[@]}"; do
         printf 'garbage' | dd of="$f/stage-1.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
       done
       pid_b=$(restart "$work/b") ;;
+    replica)
+      kill -9 "$pid_c"; wait "$pid_c" 2>/dev/null || true
+      sleep 1
+      pid_c=$(restart "$work/c") ;;
+    partition)
+      nft add table inet chaos
+      nft add chain inet chaos input '{ type filter hook input priority 0; }'
+      nft add rule inet chaos input tcp dport "${ports[3]}" drop
+      sleep 6
+      nft delete table inet chaos ;;
     resume)
       "$cli" cancel "$job" > /dev/null
       for _ in $(seq 100); do grep -q "job $job stage 1: aborted" "$work/b/daemon.log" && break; sleep 0.1; done
@@ -221,6 +257,19 @@ for c in "${cases[@]}"; do
     [ "$(grep -o 'not written' <<< "$story" | wc -l)" -ge 3 ] || fail "the unwritten checkpoints are not each an event"
     find "$work/b/jobs/$job" -name '*.tmp' | grep -q . && fail "a partial checkpoint file was left behind"
   fi
+  if [ "$c" = partition ]; then
+    story=$(status "$job")
+    grep -q "data link to stage 1: the data connection to .* dropped" <<< "$story" || fail "no event says the data connection dropped"
+    status "$job" > "$work/story.json"
+    python3 - "$t" "$work/story.json" <<'PY' || fail "the partitioned data port was not detected within 5 s"
+import json, sys
+fault = float(sys.argv[1])
+events = json.load(open(sys.argv[2]))["events"]
+dropped = next(e for e in events if "dropped" in e["message"])
+print(f"data-port partition detected after {dropped['time'] - fault:.2f} s", file=sys.stderr)
+sys.exit(0 if dropped["time"] - fault <= 5 else 1)
+PY
+  fi
   if [ "$c" = stop-coord ]; then
     story=$(status "$job")
     grep -q "stage 0 (.*) lost" <<< "$story" && fail "the stopped coordinator called its own stage lost"
@@ -231,6 +280,14 @@ for c in "${cases[@]}"; do
     grep -q "$want" <<< "$(status "$job")" || fail "no event says the record was $want"
   fi
   same_weights "${reference[$codecs]}" "$job" >&2
+  if [ "$c" = replica ]; then  # the copies on C too: every second copy's parameters
+    copies=$(cd "$work/c/jobs/${reference[$codecs]}" && find . -name 'stage-*.pt' | sort)
+    [ -n "$copies" ] || fail "no parameters of a copy on daemon C"
+    for f in $copies; do
+      cmp -s "$work/c/jobs/${reference[$codecs]}/$f" "$work/c/jobs/$job/$f" || fail "copy $f on C differs from the undisturbed run's"
+    done
+    echo "bit-identical: the copies on C too ($(echo $copies | wc -w) files)" >&2
+  fi
 done
-for p in "$pid_a" "$pid_b"; do kill -0 "$p" || fail "a daemon died"; done
+for p in "$pid_a" "$pid_b" "$pid_c"; do kill -0 "$p" || fail "a daemon died"; done
 echo "chaos_test: all passed" >&2

@@ -51,6 +51,7 @@ expect_refused() {
 }
 
 expect_refused "unknown key" 2 '$.model.widht' "unknown field" -- "$(spec 's["model"]["widht"] = 3')"
+expect_refused "misspelt key" 2 '$.model.d_modle' 'unknown field; did you mean "d_model"?' -- "$(spec 's["model"]["d_modle"] = 32')"
 expect_refused "wrong type" 2 '$.steps' '"ten"' -- "$(spec 's["steps"] = "ten"')"
 expect_refused "negative steps" 2 '$.steps' "-5" -- "$(spec 's["steps"] = -5')"
 expect_refused "overlapping layers" 2 '$.stages[1].layers' "overlaps" -- "$(spec 's["stages"][1]["layers"] = [1, 4]')"
@@ -104,5 +105,42 @@ rc=0; "$cli" status 0000000000000000 > "$work/unknown" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q "unknown job" "$work/unknown" || fail "unknown job not reported (exit $rc)"
 sleep 1
 grep -q "stage 0: aborted" "$work/a/daemon.log" || { cat "$work/a/daemon.log"; fail "stage 0 was not aborted"; }
+
+# Conventions: a mistyped command exits 2 and names the nearest; a dry run is not a job;
+# list is newest first, as JSON too, filtered by state; a unique id prefix names a job.
+rc=0; "$cli" sumbit x.json > "$work/typo" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q 'did you mean "submit"' "$work/typo" || { cat "$work/typo"; fail "a typo: exit $rc"; }
+rc=0; "$cli" status > "$work/usage" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] || { cat "$work/usage"; fail "a missing argument: exit $rc, not 2"; }
+"$cli" validate "$(spec)" | grep -q "a valid job spec" || fail "validate refused a valid spec"
+rc=0; "$cli" validate "$(spec 's["stpes"] = 3')" > "$work/invalid" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q 'did you mean "steps"' "$work/invalid" || { cat "$work/invalid"; fail "validate: exit $rc"; }
+"$cli" list --json > "$work/list.json"
+python3 - "$work/list.json" "$job" "$good_job" <<'PY' || fail "list --json is not newest first, or shows a dry run"
+import json, sys
+jobs = json.load(open(sys.argv[1]))
+times = [j["created_at"] for j in jobs]
+assert times == sorted(times, reverse=True), times
+assert not any(j["dry_run"] for j in jobs), "a plan (dry run) is listed as a job"
+assert jobs[0]["id"] == sys.argv[2] and sys.argv[3] in [j["id"] for j in jobs], jobs
+PY
+"$cli" list --state cancelled | grep -q "$job" || fail "list --state cancelled lacks the cancelled job"
+"$cli" list --state succeeded | grep -q "$job" && fail "list --state succeeded shows the cancelled job"
+"$cli" status "${job:0:6}" | grep -q "job $job " || fail "status by a 6-digit prefix"
+rc=0; "$cli" status "zz" > "$work/badid" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "is not a job id" "$work/badid" || { cat "$work/badid"; fail "a non-hex id: exit $rc"; }
+# Ctrl-C on an attached submit: the CLI says the job keeps running, and it does.
+"$cli" submit "$(spec 's["steps"] = 100000')" > "$work/sigint.out" 2> "$work/sigint.err" &
+submitter=$!
+for _ in $(seq 100); do grep -q "submitted job" "$work/sigint.out" 2> /dev/null && break; sleep 0.1; done
+kill -INT "$submitter"
+rc=0; wait "$submitter" || rc=$?
+[ "$rc" -eq 130 ] && grep -q "keeps running" "$work/sigint.err" || { cat "$work/sigint.err"; fail "Ctrl-C: exit $rc"; }
+running=$(awk '/submitted job/ {print $3}' "$work/sigint.out")
+sleep 0.5
+"$cli" status "$running" | grep -qE ": (preparing|running)," || fail "the job did not keep running after Ctrl-C"
+"$cli" cancel "$running" > /dev/null
+echo "ok: conventions (typo and usage exit 2, validate, list --json/--state, id prefixes, Ctrl-C)"
+
 for p in "${daemon_pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
 echo "cli_test: all passed"
