@@ -4,12 +4,17 @@
 // generation; both generations damaged, the job is rebuilt from job.json with the
 // checkpoints on disk; a cut step row costs that row only.
 #include <catch2/catch.hpp>
+#include <prometheus/metric_family.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <unistd.h>
 
+#include "daemon/coordinator/job_collector.h"
+#include "daemon/coordinator/job_table.h"
 #include "daemon/coordinator/record_files.h"
 #include "daemon/ops/files.h"
 #include "spec_test_helpers.h"
@@ -179,4 +184,35 @@ TEST_CASE("a record write that fails (a full disk) costs neither the job nor the
   const auto read = files.read(dir.string());
   CHECK(read->attempt == 4);
   CHECK(read->steps.size() == 2);
+}
+
+TEST_CASE("a finished job's series leave /metrics after the retention; it still counts in skytrain_jobs",
+          "[records][metrics]") {
+  Scratch scratch;
+  RecordFiles files(scratch.dir.string());
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  JobRecord old = sample(), recent = sample(), running = sample();
+  old.id = "00000000000000a1", recent.id = "00000000000000a2", running.id = "00000000000000a3";
+  old.state = recent.state = JobState::Succeeded;
+  old.finishedAt = now - 2 * 86400;
+  recent.finishedAt = now - 60;
+  for (auto* r : {&old, &recent, &running}) files.create(*r), files.save(*r);
+  JobTable table(scratch.dir.string(), "self-key");
+  table.load();
+  auto seriesOf = [&](double retentionS) {
+    std::set<std::string> jobs;
+    double counted = 0;
+    for (const auto& family : JobCollector(table, retentionS).Collect()) {
+      for (const auto& metric : family.metric) {
+        if (family.name == "skytrain_jobs") counted += metric.gauge.value;
+        for (const auto& label : metric.label) {
+          if (label.name == "job_id") jobs.insert(label.value);
+        }
+      }
+    }
+    CHECK(counted == 3);
+    return jobs;
+  };
+  CHECK(seriesOf(86400) == std::set<std::string>{recent.id, running.id});
+  CHECK(seriesOf(0) == std::set<std::string>{old.id, recent.id, running.id});  // 0: kept forever
 }
