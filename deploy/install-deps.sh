@@ -16,7 +16,7 @@ packages=(
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps for the package's Depends, file to find ELF files
   python3-torch  # tests and the example: TorchScript models exported from Python
   python3-zmq  # operations_test: a hostile client speaking the control protocol itself
-  nftables  # bench/peer_compare.sh: Gloo's connections through a delay relay
+  nftables  # bench/peer_compare.sh: Gloo's connections through a delay relay; chaos_test's partition
   "$@"
 )
 

@@ -36,15 +36,17 @@
 set -euo pipefail
 # In a network namespace of its own where it can (root): nothing outside it is touched, and
 # the partition case may drop packets there.
-if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] && [ "$(id -u)" = 0 ] && unshare --net true 2> /dev/null; then
+if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] && [ "$(id -u)" = 0 ] && command -v ip > /dev/null &&
+   unshare --net sh -c 'ip link set lo up' 2> /dev/null; then
   exec unshare --net env SKYTRAIN_CHAOS_NETNS=1 bash -c 'ip link set lo up && exec bash "$0" "$@"' "$0" "$@"
 fi
 daemon=$1 cli=$2 corpus=$3
 shift 3
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost disk partition replica resume)
-if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] || ! command -v nft > /dev/null; then
-  echo "chaos_test: the partition case needs root and nft (own network namespace): skipped" >&2
+if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] || ! command -v nft > /dev/null ||
+   ! { nft add table inet chaos-probe && nft delete table inet chaos-probe; } 2> /dev/null; then
+  echo "chaos_test: the partition case needs root and nftables in its own network namespace: skipped" >&2
   keep=(); for c in "${cases[@]}"; do [ "$c" = partition ] || keep+=("$c"); done; cases=("${keep[@]}")
 fi
 work=$(mktemp -d)
