@@ -72,8 +72,13 @@ int streamUntilDone(protocol::ControlClient& client, const ClientOptions& option
       std::signal(SIGINT, SIG_DFL);
       std::cout << std::flush;
       if (options.cancelOnInterrupt) {
-        const Json reply = client.request({{"type", protocol::kCancel}, {"job", job}}, options.timeout);
-        std::cerr << "\ninterrupted: job " << job << " " << reply["state"].get<std::string>() << " (--cancel-on-interrupt)\n";
+        try {
+          const Json reply = client.request({{"type", protocol::kCancel}, {"job", job}}, options.timeout);
+          std::cerr << "\ninterrupted: job " << job << " " << reply["state"].get<std::string>() << " (--cancel-on-interrupt)\n";
+        } catch (const std::exception& e) {
+          std::cerr << "\ninterrupted: job " << job << " NOT cancelled (" << e.what() << "); it may keep running: "
+                    << "skytrain cancel " << job << "\n";
+        }
       } else {
         std::cerr << "\ninterrupted: job " << job << " keeps running on the daemons.\n"
                   << "  follow it:  skytrain logs -f " << job << "\n"
@@ -250,7 +255,7 @@ int submit(const ClientOptions& options, const std::string& specPath, bool detac
     protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", protocol::kSubmit}, {"spec", readSpec(specPath)}}, options.timeout);
     const std::string job = reply["job"];
-    std::cout << "submitted job " << job << " to " << options.daemon << "\n";
+    std::cout << "submitted job " << job << " to " << options.daemon << std::endl;  // flushed: scripts wait for it
     if (detach) return 0;
     return streamUntilDone(client, options, job, 0, true);
   });
@@ -356,7 +361,11 @@ int resume(const ClientOptions& options, const std::string& job, bool detach) {
     zmq::context_t context;
     protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", "resume"}, {"job", job}}, options.timeout);
-    std::cout << "resuming job " << job << " after step " << reply["from_step"] << " (its last complete checkpoint)\n";
+    if (reply["from_step"].get<int64_t>() > 0) {
+      std::cout << "resuming job " << job << " after step " << reply["from_step"] << " (its last complete checkpoint)\n";
+    } else {
+      std::cout << "resuming job " << job << " after step 0: from the start (it has no complete checkpoint)\n";
+    }
     if (detach) return 0;
     return streamUntilDone(client, options, job, reply["from_step"].get<size_t>(), true);
   });

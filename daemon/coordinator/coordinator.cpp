@@ -151,7 +151,7 @@ bool Coordinator::requestProfiles(int64_t step) {
     sendToStages({{"type", protocol::kStageProfile}, {"at_step", step}}, kStageRequestTimeout);
     return true;
   } catch (const Error& e) {
-    spdlog::warn("job {}: re-profile before step {} refused ({}); cancelling it", jobId_, step, e.what());
+    spdlog::warn("job {}: re-profile before step {} refused ({}); cancelling it", jobId_, step + 1, e.what());
     try {
       sendToStages({{"type", protocol::kStageProfile}, {"at_step", -1}}, kStageRequestTimeout);
     } catch (const Error&) {

@@ -296,7 +296,9 @@ std::vector<JobMetrics> JobTable::metrics() const {
   const double now = wallSeconds();
   std::vector<JobMetrics> out;
   out.reserve(records_.size());
-  for (const auto& entry : records_) out.push_back(jobMetrics(entry.second, now));
+  for (const auto& entry : records_) {
+    if (!entry.second.dryRun) out.push_back(jobMetrics(entry.second, now));  // `skytrain plan` is not a job
+  }
   return out;
 }
 

@@ -60,6 +60,7 @@ JobRecord rebuilt(const std::string& dir) {
     if (const int64_t step = checkpointStepOf(entry.path().string()); step >= 0) r.checkpoints.push_back(step);
   }
   std::sort(r.checkpoints.begin(), r.checkpoints.end());
+  r.checkpoints.erase(std::unique(r.checkpoints.begin(), r.checkpoints.end()), r.checkpoints.end());
   return r;
 }
 

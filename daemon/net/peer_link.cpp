@@ -61,8 +61,8 @@ class ZmqPeerLink : public PeerLink {
   std::optional<std::string> failure() override {
     if (auto refused = monitor_->failure()) return "data endpoint: " + *refused;
     if (monitor_->dropped()) {
-      return "the data connection to " + remote_ + " dropped (nothing acknowledged within " +
-             fmt::format("{:g}", livenessS_) + " s: a partition of the data port, or the daemon stopped); " +
+      return "the data connection to " + remote_ + " dropped (reset, or nothing acknowledged within " +
+             fmt::format("{:g}", livenessS_) + " s: a cut data port, a stopped daemon, or a frame over its max_frame_mb); " +
              "frames in flight on it are lost";
     }
     const double firstS = std::max(kMinFirstConnectionS, kFirstConnectionFactor * livenessS_);

@@ -70,13 +70,22 @@ void makeParentDir(const std::string& path) {
   if (ec) throw Error("cannot create the folder \"" + parent.string() + "\": " + ec.message());
 }
 
-// Writes text to path through a temporary file and a rename, mode `mode`.
-void replaceFile(const std::string& path, const std::string& text, mode_t mode) {
-  makeParentDir(path);
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+// Writes text to `path` (through a symlink, to its target) by a fresh temporary file beside
+// it and a rename: O_EXCL and O_NOFOLLOW, so a planted link cannot redirect the write; an
+// existing file keeps its mode, a new one gets `mode`.
+void replaceFile(const std::string& requested, const std::string& text, mode_t mode) {
+  makeParentDir(requested);
+  std::error_code ec;
+  const std::string path = std::filesystem::is_symlink(requested, ec)
+                               ? std::filesystem::weakly_canonical(requested, ec).string()
+                               : requested;
+  struct stat existing {};
+  if (::stat(path.c_str(), &existing) == 0) mode = existing.st_mode & 07777;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) throw Error("cannot write \"" + tmp + "\": " + std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fchmod(fd, mode) == 0 &&
+                  ::fsync(fd) == 0;
   const int writeErrno = errno;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {

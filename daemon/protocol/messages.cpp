@@ -264,7 +264,10 @@ struct ToJson {
   json operator()(const Status& m) const { return {{"type", "status"}, {"job", m.job}, {"since", m.since}}; }
   json operator()(const Cancel& m) const { return {{"type", "cancel"}, {"job", m.job}}; }
   json operator()(const Resume& m) const { return {{"type", "resume"}, {"job", m.job}}; }
-  json operator()(const StageHeartbeat& m) const { return ref("stage.heartbeat", m, {{"complete", m.complete}}); }
+  json operator()(const StageHeartbeat& m) const {
+    // Only once there is one: a daemon of the version before reads a bare heartbeat.
+    return ref("stage.heartbeat", m, m.complete >= 0 ? json{{"complete", m.complete}} : json::object());
+  }
   json operator()(const StagePrepare& m) const {
     return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"owner", m.owner}, {"proof", m.proof}, {"attempt", m.attempt},
                                     {"resume_step", m.resumeStep}});

@@ -23,6 +23,8 @@ constexpr size_t kMaxMetaBytes = 1 << 20;
 constexpr size_t kMaxTensorsBytes = size_t{1} << 40;
 
 constexpr int kWriterNice = 19;  // where SCHED_IDLE is refused
+// Checkpoints newer than the complete one a stage keeps while none of them completes.
+constexpr size_t kMaxUnconfirmed = 8;
 
 std::string hex64(uint64_t v) {
   char text[17];
@@ -196,13 +198,25 @@ void CheckpointWriter::run() {
 }
 
 void CheckpointWriter::prune(int64_t newest) {
+  // A step written again (an attempt that resumed from an older checkpoint) is one entry.
+  kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [&](const auto& k) { return k.first == newest; }), kept_.end());
   kept_.emplace_back(newest, checkpointDir(jobDir_, newest));
-  const int64_t complete = complete_ ? complete_() : -1;
-  // The newest keep + 1 stay, and the complete one; the rest go.
+  std::sort(kept_.begin(), kept_.end());
+  const bool told = static_cast<bool>(complete_);
+  const int64_t complete = told ? complete_() : -1;
+  // Stay: the newest keep + 1; and, when the coordinator names the complete checkpoint, that
+  // one and every newer one (each may be the next complete; the heartbeat naming it comes
+  // later), up to kMaxUnconfirmed of them while no newer one completes (another stage whose
+  // writes keep failing must not fill this disk too).
+  size_t newer = 0;
+  for (const auto& k : kept_) newer += told && k.first > complete;
   std::vector<std::pair<int64_t, std::string>> staying;
   for (size_t i = 0; i < kept_.size(); ++i) {
+    const int64_t step = kept_[i].first;
     const bool recent = i + static_cast<size_t>(keep_) + 1 >= kept_.size();
-    if (recent || kept_[i].first == complete) {
+    const bool pending = told && step > complete && newer <= kMaxUnconfirmed;
+    if (step > complete && told && newer > kMaxUnconfirmed) --newer;  // the oldest unconfirmed go first
+    if (recent || pending || (told && step == complete)) {
       staying.push_back(kept_[i]);
       continue;
     }

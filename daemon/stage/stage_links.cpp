@@ -53,6 +53,7 @@ uint64_t StageLinks::bytesSent() const {
 }
 
 void StageLinks::checkLinks() {
+  context_.checkAborted();  // a link dropped by an abort is the abort's, not a failure
   auto check = [&](PeerLink* link, const std::string& which) {
     if (!link) return;
     if (auto why = link->failure()) throw PeerError("data link to " + which + ": " + *why);

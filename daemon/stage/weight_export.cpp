@@ -32,7 +32,7 @@ std::optional<int64_t> fileSize(const std::string& path) {
 // The parameters of the checkpoint after `step`, written once as their own file.
 std::string checkpointExport(const std::string& jobDir, const std::string& job, int64_t step, int stage) {
   char name[64];
-  std::snprintf(name, sizeof name, "/export/step-%08lld-stage-%d.safetensors", static_cast<long long>(step + 1), stage);
+  std::snprintf(name, sizeof name, "/export/after-step-%08lld-stage-%d.safetensors", static_cast<long long>(step + 1), stage);
   const std::string path = jobDir + name;
   if (fileSize(path)) return path;
   if (findCheckpointDir(jobDir, step, stage).empty()) {

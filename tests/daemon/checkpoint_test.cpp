@@ -127,9 +127,10 @@ TEST_CASE("the writer keeps the newest keep + 1 checkpoints of its stage") {
   CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, 24, 1)));
 }
 
-TEST_CASE("the writer keeps the newest checkpoint every stage confirmed, however old") {
-  // Another stage could not write steps 9-24 (a full disk): step 4 is what a restart resumes
-  // from, and this stage must not prune it, whatever it wrote since.
+TEST_CASE("the writer keeps the newest checkpoint every stage confirmed, however old, and what may follow it") {
+  // Another stage could not write steps 9-29 (a full disk): step 4 is what a restart resumes
+  // from, and this stage must not prune it, nor the newer ones, any of which may be confirmed
+  // next (the heartbeat naming it comes later).
   ScratchJob job;
   daemon::PipelineRunner runner(middleStage(16), 1, 7, 1e9);
   {
@@ -137,19 +138,35 @@ TEST_CASE("the writer keeps the newest checkpoint every stage confirmed, however
     for (int64_t step : {4, 9, 14, 19, 24, 29}) writer.write(step, runner.snapshot(kJob, step));
     writer.drain();
   }
-  CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, 4, 1)));  // complete: kept
-  CHECK_FALSE(fs::exists(daemon::checkpointDir(job.dir, 9)));
-  CHECK_FALSE(fs::exists(daemon::checkpointDir(job.dir, 14)));
-  for (int64_t step : {19, 24, 29}) CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, step, 1)));
-  // A writer that restarts (the next attempt) sees them all and goes on pruning.
+  for (int64_t step : {4, 9, 14, 19, 24, 29}) CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, step, 1)));
+  // Once 29 is complete, what is older than it and not among the newest keep + 1 goes.
   {
     daemon::CheckpointWriter writer(job.dir, 1, 2, [] { return int64_t{29}; });
     writer.write(34, runner.snapshot(kJob, 34));
     writer.drain();
   }
-  CHECK_FALSE(fs::exists(daemon::checkpointDir(job.dir, 4)));
-  CHECK_FALSE(fs::exists(daemon::checkpointDir(job.dir, 19)));
+  for (int64_t step : {4, 9, 14, 19}) CHECK_FALSE(fs::exists(daemon::checkpointDir(job.dir, step)));
   for (int64_t step : {24, 29, 34}) CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, step, 1)));
+}
+
+TEST_CASE("an attempt that resumes from an older checkpoint keeps the steps it writes again") {
+  // keep 1; this stage has 20 (complete), 30 and 40 on disk; the job resumes from 20 and
+  // writes 30 and 40 again: each must be on disk after its write.
+  ScratchJob job;
+  daemon::PipelineRunner runner(middleStage(16), 1, 7, 1e9);
+  {
+    daemon::CheckpointWriter writer(job.dir, 1, 1, [] { return int64_t{20}; });
+    for (int64_t step : {20, 30, 40}) writer.write(step, runner.snapshot(kJob, step));
+    writer.drain();
+  }
+  daemon::CheckpointWriter writer(job.dir, 1, 1, [] { return int64_t{20}; });
+  for (int64_t step : {30, 40}) {
+    writer.write(step, runner.snapshot(kJob, step));
+    writer.drain();
+    CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, step, 1)));
+    CHECK(fs::exists(daemon::checkpointTensorsPath(job.dir, step, 1)));
+  }
+  CHECK(fs::exists(daemon::checkpointMetaPath(job.dir, 20, 1)));
 }
 
 TEST_CASE("bad checkpoints are refused naming the file and the problem") {
