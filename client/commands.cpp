@@ -255,6 +255,9 @@ int submit(const ClientOptions& options, const std::string& specPath, bool detac
     protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", protocol::kSubmit}, {"spec", readSpec(specPath)}}, options.timeout);
     const std::string job = reply["job"];
+    // Ctrl-C is ours from here (before the line a script waits for; a background job may
+    // have started with SIGINT ignored).
+    if (!detach) std::signal(SIGINT, onInterrupt);
     std::cout << "submitted job " << job << " to " << options.daemon << std::endl;  // flushed: scripts wait for it
     if (detach) return 0;
     return streamUntilDone(client, options, job, 0, true);
@@ -361,6 +364,7 @@ int resume(const ClientOptions& options, const std::string& job, bool detach) {
     zmq::context_t context;
     protocol::ControlClient client(context, options.daemon, options.security);
     const Json reply = client.request({{"type", "resume"}, {"job", job}}, options.timeout);
+    if (!detach) std::signal(SIGINT, onInterrupt);
     if (reply["from_step"].get<int64_t>() > 0) {
       std::cout << "resuming job " << job << " after step " << reply["from_step"] << " (its last complete checkpoint)\n";
     } else {
