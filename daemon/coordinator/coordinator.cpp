@@ -288,14 +288,15 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
     const JobState state = table_.state(jobId_);
     if (state == JobState::Cancelled) return Outcome::Cancelled;
     if (isTerminal(state)) return Outcome::Stopped;
-    if (table_.progress(jobId_).allStagesDone) return Outcome::Succeeded;
+    const JobProgress now = table_.progress(jobId_);  // one read of the table a turn
+    if (now.allStagesDone) return Outcome::Succeeded;
     if (stopping_) return Outcome::Stopped;  // this daemon shuts down: the job stays unfinished, to resume
-    if (auto failure = table_.progress(jobId_).stageFailure) {
-      why = *failure;
+    if (now.stageFailure) {
+      why = *now.stageFailure;
       return Outcome::Retry;
     }
-    for (int s : table_.progress(jobId_).stagesDone) heartbeats.finished(s);
-    heartbeats.setComplete(table_.progress(jobId_).lastCheckpoint);
+    for (int s : now.stagesDone) heartbeats.finished(s);
+    heartbeats.setComplete(now.lastCheckpoint);
     if (auto lost = heartbeats.lost()) {
       // A stage that is done may be freed before its report is read here (a fan-in's
       // producers finish first): near the job's end, give its report a moment before

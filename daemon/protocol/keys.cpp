@@ -213,13 +213,12 @@ KeyPair parseKeyPair(const std::string& text, const std::string& source) {
 KeyPair loadKeyPair(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw Error("secret key file \"" + path + "\": " + std::strerror(errno));
-  if (S_ISREG(st.st_mode) && st.st_size <= static_cast<off_t>(kMaxKeyFileBytes)) {
-    // A NAME.pub given where the secret NAME.key belongs: say so, not "chmod 600 it".
-    const auto lines = wordLines(readBoundedFile(path, kMaxKeyFileBytes, "secret key file"));
-    if (!lines.empty() && isZ85Key(lines[0].second[0]) && lines[0].second.size() <= 2) {
-      throw Error("\"" + path + "\" is a public key file; give the secret key file (NAME.key, made by `skytrain keygen` "
-                  "next to NAME.pub)");
-    }
+  const std::string text = readBoundedFile(path, kMaxKeyFileBytes, "secret key file");
+  // A NAME.pub given where the secret NAME.key belongs: say so, not "chmod 600 it".
+  const auto lines = wordLines(text);
+  if (!lines.empty() && isZ85Key(lines[0].second[0]) && lines[0].second.size() <= 2) {
+    throw Error("\"" + path + "\" is a public key file; give the secret key file (NAME.key, made by `skytrain keygen` "
+                "next to NAME.pub)");
   }
   if (st.st_mode & 077) {
     char mode[8];
@@ -227,7 +226,7 @@ KeyPair loadKeyPair(const std::string& path) {
     throw Error("secret key file \"" + path + "\" has mode " + mode +
                 ": readable by others; chmod 600 it (the key must stay private)");
   }
-  return parseKeyPair(readBoundedFile(path, kMaxKeyFileBytes, "secret key file"), path);
+  return parseKeyPair(text, path);
 }
 
 AuthorizedKeys parseAuthorizedKeys(const std::string& text, const std::string& source) {
