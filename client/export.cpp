@@ -98,8 +98,14 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
     zmq::context_t context;
     const Json status = jobStatus(context, options, job, kAfterEveryStep);
     protocol::ModelSpec model;
-    if (hf) {
+    std::vector<std::pair<std::string, std::string>> tied;  // written once (protocol::tiedCopies)
+    try {
       model = protocol::parseJobSpec(status.value("spec", std::string())).model;
+      tied = protocol::tiedCopies(model);
+    } catch (const SpecError&) {
+      if (hf) throw;  // the safetensors format needs nothing of the spec: a tied copy is then kept
+    }
+    if (hf) {
       if (!protocol::hasHfLayout(model)) {
         throw Error("job " + job + " trains model.kind \"" + model.kind +
                     "\", which has no Hugging Face layout (llama, gpt2 and the bert layout have): export it as safetensors");
@@ -125,7 +131,7 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
     }
     const size_t tensors = mergeSafetensors(
         parts, merged,
-        {{"format", "pt"}, {"skytrain_job", job}, {"skytrain_step", step < 0 ? "final" : std::to_string(step)}});
+        {{"format", "pt"}, {"skytrain_job", job}, {"skytrain_step", step < 0 ? "final" : std::to_string(step)}}, tied);
     const std::string what = step < 0 ? std::string("final weights") : "checkpoint after step " + std::to_string(step);
     if (!hf) {
       std::cout << "wrote " << out << ": " << tensors << " tensors from " << daemons.size() << " stages ("

@@ -14,21 +14,77 @@ namespace skytrain::client {
 
 using nlohmann::json;
 
+namespace {
+
+using compression::SafetensorsHeader;
+
+struct Located {
+  size_t input = 0;
+  const compression::SafetensorsEntry* tensor = nullptr;
+};
+
+// Whether two tensors' bytes are equal, read 1 MiB at a time.
+bool sameBytes(const std::vector<std::string>& inputs, const std::vector<SafetensorsHeader>& headers, Located a,
+               Located b) {
+  if (a.tensor->end - a.tensor->begin != b.tensor->end - b.tensor->begin) return false;
+  std::ifstream inA(inputs[a.input], std::ios::binary), inB(inputs[b.input], std::ios::binary);
+  inA.seekg(static_cast<std::streamoff>(8 + headers[a.input].headerBytes + a.tensor->begin));
+  inB.seekg(static_cast<std::streamoff>(8 + headers[b.input].headerBytes + b.tensor->begin));
+  std::vector<char> x(1 << 20), y(1 << 20);
+  for (uint64_t left = a.tensor->end - a.tensor->begin; left > 0;) {
+    const auto n = static_cast<std::streamsize>(std::min<uint64_t>(left, x.size()));
+    if (!inA.read(x.data(), n)) throw Error("cannot read \"" + inputs[a.input] + "\"");
+    if (!inB.read(y.data(), n)) throw Error("cannot read \"" + inputs[b.input] + "\"");
+    if (!std::equal(x.begin(), x.begin() + n, y.begin())) return false;
+    left -= static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
 size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::string& out,
-                        const std::map<std::string, std::string>& metadata) {
-  std::vector<compression::SafetensorsHeader> headers;
-  std::set<std::string> names;
-  json header = json::object();
-  uint64_t offset = 0;
-  for (const auto& path : inputs) {
-    headers.push_back(compression::readSafetensorsHeader(path));
-    for (const auto& t : headers.back().tensors) {
-      if (!names.insert(t.name).second) throw Error("tensor \"" + t.name + "\" is in two stages' weights");
-      header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + (t.end - t.begin)}}};
-      offset += t.end - t.begin;
+                        const std::map<std::string, std::string>& metadata,
+                        const std::vector<std::pair<std::string, std::string>>& tied) {
+  std::vector<SafetensorsHeader> headers;
+  std::map<std::string, Located> where;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    headers.push_back(compression::readSafetensorsHeader(inputs[i]));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (const auto& t : headers[i].tensors) {
+      if (!where.emplace(t.name, Located{i, &t}).second) throw Error("tensor \"" + t.name + "\" is in two stages' weights");
     }
   }
-  header["__metadata__"] = metadata;
+  // A tied matrix once: its copy is left out once it is shown to be the same bytes.
+  std::set<std::string> copies;
+  std::string tiedList;
+  for (const auto& [first, copy] : tied) {
+    const auto a = where.find(first), b = where.find(copy);
+    if (a == where.end() || b == where.end() || first == copy) continue;
+    const auto& x = *a->second.tensor;
+    const auto& y = *b->second.tensor;
+    if (x.dtype != y.dtype || x.shape != y.shape || !sameBytes(inputs, headers, a->second, b->second)) {
+      throw Error("\"" + first + "\" and \"" + copy + "\" are one tied matrix, but the stages sent different values "
+                  "for them; nothing was written");
+    }
+    copies.insert(copy);
+    tiedList += (tiedList.empty() ? "" : ",") + copy + "=" + first;
+  }
+  json header = json::object();
+  uint64_t offset = 0;
+  size_t written = 0;
+  for (const auto& h : headers) {
+    for (const auto& t : h.tensors) {
+      if (copies.count(t.name)) continue;
+      header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + (t.end - t.begin)}}};
+      offset += t.end - t.begin;
+      ++written;
+    }
+  }
+  std::map<std::string, std::string> meta = metadata;
+  if (!tiedList.empty()) meta["skytrain_tied"] = tiedList;
+  header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data part starts 8-byte aligned
   const std::string tmp = out + ".tmp";
@@ -43,6 +99,7 @@ size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::strin
     for (size_t i = 0; i < inputs.size(); ++i) {
       std::ifstream in(inputs[i], std::ios::binary);
       for (const auto& t : headers[i].tensors) {
+        if (copies.count(t.name)) continue;
         in.seekg(static_cast<std::streamoff>(8 + headers[i].headerBytes + t.begin));
         for (uint64_t left = t.end - t.begin; left > 0;) {
           const auto n = static_cast<std::streamsize>(std::min<uint64_t>(left, buffer.size()));
@@ -56,7 +113,7 @@ size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::strin
     if (!o) throw Error("cannot write \"" + tmp + "\"");
   }
   if (std::rename(tmp.c_str(), out.c_str()) != 0) throw Error("cannot rename \"" + tmp + "\" to \"" + out + "\"");
-  return names.size();
+  return written;
 }
 
 }  // namespace skytrain::client

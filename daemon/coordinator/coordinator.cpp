@@ -1,5 +1,6 @@
 #include "daemon/coordinator/coordinator.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -63,6 +64,9 @@ nlohmann::json Coordinator::addressed(nlohmann::json message, int slot) const {
 void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
   const int stages = static_cast<int>(spec_.stages.size());
   std::vector<std::string> data(slots());
+  // What each slot's stage outputs a sample, where it reported it: the next stage's
+  // input_shape when the spec leaves it out (a TorchScript stage after the first).
+  std::vector<std::vector<int64_t>> outputs(slots());
   const std::string owner = table_.owner(jobId_).first;  // who may export the stages' weights
   const std::string proof = table_.proof(jobId_);
   for (int i = 0; i < slots(); ++i) {
@@ -78,8 +82,12 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.proof = proof;
       prepare.attempt = attempt;
       prepare.resumeStep = fromStep;
+      prepare.inputShape = inferredInput(outputs, i, attempt);
       const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);
       data[i] = reply.at("data_endpoint").get<std::string>();
+      if (const auto shape = reply.find("output_shape"); shape != reply.end()) {
+        outputs[i] = protocol::parseSampleShape(*shape, "its prepare reply's output_shape");
+      }
       admissions_.resize(slots());
       const auto memory = reply.find("memory");
       admissions_[i] = memory != reply.end() && memory->is_string() ? protocol::printable(memory->get<std::string>(), 1024) : "";
@@ -111,6 +119,23 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
     }
     clientFor(slot).request(protocol::toJson(start), kStageRequestTimeout);
   }
+}
+
+std::vector<int64_t> Coordinator::inferredInput(const std::vector<std::vector<int64_t>>& outputs, int slot, int attempt) {
+  const int stage = protocol::stageOfSlot(spec_, slot);
+  if (spec_.model.kind != "torchscript" || stage == 0 || !spec_.stages[stage].inputShape.empty()) return {};
+  const std::vector<int64_t>& shape = outputs[protocol::slotOf(spec_, stage - 1, protocol::replicaOfSlot(spec_, slot))];
+  if (shape.empty()) {
+    throw Error("stages[" + std::to_string(stage) + "].input_shape is not given, and stage " + std::to_string(stage - 1) +
+                "'s daemon did not report what its module outputs (a daemon of an earlier version?): give input_shape");
+  }
+  if (attempt == 0 && protocol::replicaOfSlot(spec_, slot) == 0) {
+    const std::string text = "stage " + std::to_string(stage) + " takes " + fmt::format("[{}]", fmt::join(shape, ", ")) +
+                             " a sample, inferred from stage " + std::to_string(stage - 1) + "'s output";
+    spdlog::info("job {}: {}", jobId_, text);
+    table_.addEvent(jobId_, text);
+  }
+  return shape;
 }
 
 void Coordinator::sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout) {

@@ -189,6 +189,14 @@ bool hfExported(const ModelSpec& model, const std::string& name) {
   return !hfNames(model, name).empty() && !(name == "head.weight" && (model.tieEmbeddings || family(model) == "bert"));
 }
 
+std::vector<std::pair<std::string, std::string>> tiedCopies(const ModelSpec& model) {
+  if (model.kind == "torchscript") return model.tied;
+  const bool tied = model.kind == "llama" || model.kind == "gpt2" ? model.tieEmbeddings
+                                                                  : model.kind == "encoder" && model.layout == "bert";
+  if (!tied) return {};
+  return {{"tok_emb.weight", "head.weight"}};
+}
+
 std::vector<std::string> checkHfConfig(const ModelSpec& m, const json& config) {
   ConfigCheck c(config);
   if (!config.is_object()) return {"config.json is not a JSON object"};

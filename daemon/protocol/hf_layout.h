@@ -7,6 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/protocol/job_spec.h"
@@ -29,6 +30,12 @@ std::vector<HfName> hfNames(const ModelSpec& model, const std::string& name);
 
 // Whether export writes the parameter (false: a tied head, written once as the embedding).
 bool hfExported(const ModelSpec& model, const std::string& name);
+
+// The model's tied pairs as {the first holder's name, the copy's name}: a matrix the first
+// and the last stage each hold (stages/models/model_source.h: ModelSource::tied, which
+// model_spec_test checks this against). Export writes the copy once, as the first name, in
+// both formats; init_from reads the first name for a copy the file lacks.
+std::vector<std::pair<std::string, std::string>> tiedCopies(const ModelSpec& model);
 
 // Every field of a checkpoint's config.json that disagrees with the spec, as
 // "num_hidden_layers: config.json has 24, the spec 12" (absent fields take Hugging Face's

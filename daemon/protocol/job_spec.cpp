@@ -125,17 +125,15 @@ std::vector<int64_t> parseShape(ObjectReader& r, const std::string& key) {
     throw SpecError(path, "expected 1..8 dimensions of one sample's input, got " + describe(*value));
   }
   std::vector<int64_t> shape;
-  int64_t elements = 1;
   for (const auto& d : *value) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > kMaxSampleElements) {
+    if (!d.is_number_integer()) {
       throw SpecError(path, "dimensions must be integers in [1, " + std::to_string(kMaxSampleElements) + "], got " +
                                 describe(*value));
     }
     shape.push_back(d.get<int64_t>());
-    elements *= shape.back();
-    if (elements > kMaxSampleElements) {
-      throw SpecError(path, describe(*value) + " is over " + std::to_string(kMaxSampleElements) + " elements a sample");
-    }
+  }
+  if (const std::string problem = sampleShapeProblem(shape); !problem.empty()) {
+    throw SpecError(path, describe(*value) + ": " + problem);
   }
   return shape;
 }
@@ -166,7 +164,7 @@ StageSpec parseTorchScriptStage(ObjectReader r, size_t index) {
   if (index == 0 && r.has("input_shape")) {
     throw SpecError(r.pathOf("input_shape"), "the first stage takes token ids [batch, model.seq_len]");
   }
-  if (index > 0) s.inputShape = parseShape(r, "input_shape");
+  if (index > 0 && r.has("input_shape")) s.inputShape = parseShape(r, "input_shape");  // else inferred
   r.finish();
   return s;
 }
@@ -217,6 +215,19 @@ double learningRate(const OptimizerSpec& o, int64_t step, int64_t totalSteps) {
   const double progress = std::min(1.0, static_cast<double>(step - o.warmupSteps) / span);
   const double shape = o.schedule == "cosine" ? 0.5 * (1.0 + std::cos(M_PI * progress)) : 1.0 - progress;
   return o.minLr + (o.lr - o.minLr) * shape;
+}
+
+std::string sampleShapeProblem(const std::vector<int64_t>& shape) {
+  if (shape.empty() || shape.size() > 8) return "expected 1..8 dimensions of one sample";
+  int64_t elements = 1;
+  for (const int64_t d : shape) {
+    if (d < 1 || d > kMaxSampleElements) {
+      return "dimensions must be integers in [1, " + std::to_string(kMaxSampleElements) + "]";
+    }
+    elements *= d;
+    if (elements > kMaxSampleElements) return "over " + std::to_string(kMaxSampleElements) + " elements a sample";
+  }
+  return "";
 }
 
 JobSpec parseJobSpec(const std::string& text) {

@@ -29,7 +29,9 @@ struct StageSpec {
   int lastLayer = 0;
   std::vector<std::string> dataFiles;  // electra producers: this stage's text (else data.files)
   std::string module;  // model.kind "torchscript": the stage's TorchScript file
-  std::vector<int64_t> inputShape;  // torchscript, stages after the first: per-sample input
+  // torchscript, stages after the first: per-sample input. Empty: inferred when the job is
+  // prepared, from the previous stage's output on two zero samples (StagePrepare::inputShape).
+  std::vector<int64_t> inputShape;
   std::vector<std::string> initFrom;  // this stage's own starting weights, after model.init_from
 };
 
@@ -255,6 +257,9 @@ std::string describeSlot(const JobSpec& spec, int slot);
 constexpr size_t kMaxSpecBytes = 1 << 20;
 constexpr int kMaxSpecDepth = 16;
 constexpr int64_t kMaxSampleElements = int64_t{1} << 24;  // of one sample's input_shape
+// Whether a per-sample shape is within bounds (1 to 8 dimensions, each at least 1, at most
+// kMaxSampleElements elements in all): "" if so, else what is wrong.
+std::string sampleShapeProblem(const std::vector<int64_t>& shape);
 
 // Parses and validates a job spec. Throws skytrain::SpecError naming the JSON path and the
 // bad value on: invalid JSON, size or depth over the caps, unknown keys, wrong types,

@@ -207,6 +207,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     }
     m.attempt = static_cast<int>(r.integer("attempt", 0, 0, 1 << 20));
     m.resumeStep = r.integer("resume_step", -1, -1, kBig);
+    if (const json* shape = r.child("input_shape", false)) m.inputShape = parseSampleShape(*shape, r.pathOf("input_shape"));
     return m;
   }
   if (type == "stage.start") {
@@ -257,6 +258,23 @@ Request parseBody(const std::string& type, ObjectReader& r) {
                                         "stage.report, export, store)");
 }
 
+}  // namespace
+
+std::vector<int64_t> parseSampleShape(const json& value, const std::string& path) {
+  if (!value.is_array() || value.size() > 8) throw SpecError(path, "expected 1..8 dimensions, got " + describe(value));
+  std::vector<int64_t> shape;
+  for (const auto& d : value) {
+    if (!d.is_number_integer()) throw SpecError(path, "expected integer dimensions, got " + describe(value));
+    shape.push_back(d.get<int64_t>());
+  }
+  if (const std::string problem = sampleShapeProblem(shape); !problem.empty()) {
+    throw SpecError(path, describe(value) + ": " + problem);
+  }
+  return shape;
+}
+
+namespace {
+
 struct ToJson {
   json operator()(const Ping&) const { return {{"type", "ping"}}; }
   json operator()(const List&) const { return {{"type", "list"}}; }
@@ -269,8 +287,10 @@ struct ToJson {
     return ref("stage.heartbeat", m, m.complete >= 0 ? json{{"complete", m.complete}} : json::object());
   }
   json operator()(const StagePrepare& m) const {
-    return ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"owner", m.owner}, {"proof", m.proof}, {"attempt", m.attempt},
-                                    {"resume_step", m.resumeStep}});
+    json j = ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"owner", m.owner}, {"proof", m.proof},
+                                      {"attempt", m.attempt}, {"resume_step", m.resumeStep}});
+    if (!m.inputShape.empty()) j["input_shape"] = m.inputShape;
+    return j;
   }
   json operator()(const StageStart& m) const {
     json producers = json::array();

@@ -54,6 +54,10 @@ struct StagePrepare : StageRef {
   std::string proof;        // that the sender made the job (job_identity.h); "" for a job made before proofs
   int attempt = 0;          // bumped at each restart; frames of older attempts are dropped
   int64_t resumeStep = -1;  // restore the checkpoint taken after this step (-1: from scratch)
+  // A TorchScript stage after the first whose spec gives no input_shape: one sample's shape
+  // of what the previous stage outputs, which that stage's daemon reported when prepared
+  // (its reply's "output_shape"). Empty otherwise.
+  std::vector<int64_t> inputShape;
 };
 struct StageStart : StageRef {
   std::string previous, next;        // neighbours' data endpoints ("" at the ends)
@@ -134,6 +138,11 @@ struct Envelope {
   std::optional<uint64_t> id;  // echoed in the reply
   Request request;
 };
+
+// One sample's shape as a message carries it (a prepare's input_shape, a prepare reply's
+// output_shape): 1 to 8 positive integers, within job_spec.h's sampleShapeProblem bounds.
+// Throws skytrain::SpecError naming `path`.
+std::vector<int64_t> parseSampleShape(const nlohmann::json& value, const std::string& path);
 
 constexpr size_t kMaxEndpointLength = 256;
 constexpr size_t kMaxErrorLength = 4096;

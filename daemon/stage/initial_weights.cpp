@@ -53,6 +53,20 @@ nlohmann::json loadHfDirectory(stages::Stage& stage, const protocol::ModelSpec& 
           {"files", checkpoint.files()}};
 }
 
+// A tied matrix's copy that the file holds once, as the first holder's name (skytrain
+// export writes it so): the copy reads that tensor, so the two stages start equal.
+void withTiedCopies(stages::SafeTensors& file, const std::vector<std::pair<std::string, std::string>>& tied) {
+  for (const auto& [first, copy] : tied) {
+    const auto named = [&](const std::string& name) {
+      return std::find_if(file.tensors.begin(), file.tensors.end(), [&](const auto& t) { return t.first == name; });
+    };
+    const auto original = named(first);
+    if (original == file.tensors.end() || named(copy) != file.tensors.end()) continue;
+    at::Tensor tensor = original->second;
+    file.tensors.emplace_back(copy, tensor);
+  }
+}
+
 }  // namespace
 
 nlohmann::json loadInitialWeights(stages::Stage& stage, const protocol::JobSpec& spec, int stageIndex,
@@ -68,8 +82,9 @@ nlohmann::json loadInitialWeights(stages::Stage& stage, const protocol::JobSpec&
     }
     // What the header says, no more (admission counted that): a file grown since is refused.
     const uint64_t bytes = compression::readSafetensorsHeader(entry).fileBytes;
-    const auto result = stages::initialiseFrom(
-        stage, stages::decodeSafetensors(readFile(entry, std::min<uint64_t>(bytes, kMaxInitBytes)), entry), entry, namePrefix);
+    stages::SafeTensors file = stages::decodeSafetensors(readFile(entry, std::min<uint64_t>(bytes, kMaxInitBytes)), entry);
+    withTiedCopies(file, protocol::tiedCopies(spec.model));
+    const auto result = stages::initialiseFrom(stage, file, entry, namePrefix);
     report.push_back({{"file", entry}, {"loaded", result.loaded}, {"from_seed", result.fromSeed.size()}});
   }
   return report;

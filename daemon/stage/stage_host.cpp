@@ -1,5 +1,6 @@
 #include "daemon/stage/stage_host.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
@@ -10,13 +11,60 @@
 #include "compression/tensor_frame.h"
 #include "daemon/ops/files.h"
 #include "daemon/ops/memory_limit.h"
+#include "daemon/protocol/failures.h"
 #include "daemon/protocol/job_identity.h"
 #include "daemon/stage/admission.h"
 #include "daemon/stage/model_setup.h"
 #include "daemon/stage/weight_export.h"
 #include "scheduler/error.h"
+#include "stages/models/model_source.h"
 
 namespace skytrain::daemon {
+
+namespace {
+
+// A TorchScript stage after the first whose spec gives no input_shape takes the one its
+// coordinator inferred from the previous stage's output; no other stage takes one.
+void takeInputShape(protocol::JobSpec& spec, int stage, const std::vector<int64_t>& inferred, const std::string& what) {
+  if (stage >= static_cast<int>(spec.stages.size())) return;  // refused by the caller
+  auto& own = spec.stages[stage].inputShape;
+  const bool wanted = spec.model.kind == "torchscript" && stage > 0 && own.empty();
+  if (!wanted && !inferred.empty()) {
+    throw Error(what + ": the prepare carries an input_shape, but " +
+                (own.empty() ? "only a TorchScript stage after the first takes one" : "the spec gives the stage's own"));
+  }
+  if (wanted && inferred.empty()) {
+    throw Error(what + ": stages[" + std::to_string(stage) + "].input_shape is not given, and the prepare carries "
+                "none inferred from the previous stage");
+  }
+  if (wanted) own = inferred;
+}
+
+// What a TorchScript stage (not the last) sends on, when the spec leaves the next stage's
+// input_shape to be inferred: that stage's shape here too (its gradients come back in it),
+// and the coordinator's to pass on. Empty otherwise.
+std::vector<int64_t> inferOutputShape(protocol::JobSpec& spec, int stage) {
+  const int next = stage + 1;
+  if (spec.model.kind != "torchscript" || next >= static_cast<int>(spec.stages.size()) ||
+      !spec.stages[next].inputShape.empty()) {
+    return {};
+  }
+  std::vector<int64_t> shape;
+  try {
+    shape = stages::makeModelSource(modelConfig(spec))->sampleOutputShape(stage);
+  } catch (const Error& e) {
+    throw Error(std::string(protocol::kBadModel) + e.what());
+  }
+  if (const std::string problem = protocol::sampleShapeProblem(shape); !problem.empty()) {
+    throw Error(std::string(protocol::kBadModel) + spec.stages[stage].module + " (stage " + std::to_string(stage) +
+                ") outputs one sample as [" + fmt::format("{}", fmt::join(shape, ", ")) + "], which stage " +
+                std::to_string(next) + " cannot take: " + problem);
+  }
+  spec.stages[next].inputShape = shape;
+  return shape;
+}
+
+}  // namespace
 
 uint64_t jobKey(const std::string& jobId, int attempt, int replica) {
   if (jobId.size() != 16 || jobId.find_first_not_of("0123456789abcdef") != std::string::npos) {
@@ -107,6 +155,7 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   if (a.stage >= static_cast<int>(a.spec.stages.size()) || a.replica >= protocol::replicaCount(a.spec)) {
     throw Error(describe(request) + " is not in the job's spec");
   }
+  takeInputShape(a.spec, a.stage, request.inputShape, describe(request));
   a.device = protocol::placementOf(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)).device;
   checkDevice(a.device, describe(request));  // a device that is not here: an error naming it
   if (protocol::replicaCount(a.spec) > 1 && a.privateAddress.empty()) {
@@ -138,6 +187,7 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
                                                : "");
   const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage, budget);
   checkMemory(memory, a.stage, budget, source);
+  const std::vector<int64_t> outputShape = inferOutputShape(a.spec, a.stage);
   a.memoryBudgetBytes = budget - memory.fixedBytes();
   a.admittedBytes = memory.totalBytes() - memory.runtimeBytes;
   // Copies after the first keep their checkpoints and final weights apart (two may share a
@@ -155,10 +205,12 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   workers_[key] = std::make_unique<StageWorker>(context_, std::move(a), std::move(mailbox));
   // The coordinator keeps this, to say what admission expected should the stage's daemon be
   // killed for memory (daemon/sentinel.h).
-  return {{"ok", true},
-          {"data_endpoint", options_.dataEndpoint},
-          {"memory", "admission estimated " + memory.describe() + " against a budget of " +
-                         describeBudget(options_.memoryBudgetBytes, options_.memoryBudgetSource)}};
+  protocol::Json reply = {{"ok", true},
+                          {"data_endpoint", options_.dataEndpoint},
+                          {"memory", "admission estimated " + memory.describe() + " against a budget of " +
+                                         describeBudget(options_.memoryBudgetBytes, options_.memoryBudgetSource)}};
+  if (!outputShape.empty()) reply["output_shape"] = outputShape;  // the next stage's input_shape
+  return reply;
 }
 
 protocol::Json StageHost::start(const protocol::StageStart& request, const std::string& caller) {

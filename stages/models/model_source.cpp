@@ -219,6 +219,24 @@ class TorchScriptSource : public ModelSource {
     }
     return built;
   }
+  std::vector<int64_t> sampleOutputShape(int stage) const override {
+    const std::string& file = c_.stages.at(stage).module;
+    const auto input = inputShape(stage, 2);
+    const at::Tensor probe = stage == 0 ? torch::zeros(input, torch::kLong) : torch::zeros(input);
+    at::Tensor output;
+    try {
+      torch::NoGradGuard noGrad;
+      output = loadTorchScriptStage(file, false)->infer(probe);
+    } catch (const std::exception& e) {
+      throw Error(file + " (stage " + std::to_string(stage) + "): forward on " + (stage == 0 ? "token ids " : "float32 ") +
+                  shapeText(input) + " failed: " + firstLineOf(e));
+    }
+    if (output.dim() < 2 || output.size(0) != 2) {
+      throw Error(file + " (stage " + std::to_string(stage) + ") returned " + shapeText(output.sizes()) + " for " +
+                  shapeText(input) + ": not one row a sample");
+    }
+    return output.sizes().slice(1).vec();
+  }
   std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
     if (stage == 0) return {samples, c_.gpt.seqLen};
     std::vector<int64_t> shape{samples};
@@ -408,6 +426,12 @@ const std::map<std::string, Factory>& registry() {
 }
 
 }  // namespace
+
+std::vector<int64_t> ModelSource::sampleOutputShape(int stage) const {
+  auto shape = inputShape(stage + 1, 1);
+  shape.erase(shape.begin());
+  return shape;
+}
 
 std::unique_ptr<DataSource> ModelSource::makeData(const DataConfig& config, int) const {
   if (config.format == "tokens") {

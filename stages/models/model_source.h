@@ -79,6 +79,11 @@ class ModelSource {
   // The input of stage i for `samples` samples: token ids [samples, T] on the first stage,
   // else the float32 tensor the previous stage sends.
   virtual std::vector<int64_t> inputShape(int stage, int64_t samples) const = 0;
+  // One sample's shape of what stage i (not the last) sends on: by default the next stage's
+  // input. A TorchScript stage runs its module on two zero samples to find out (a module is
+  // code), so a later stage's input_shape may be left out of the spec. Throws
+  // skytrain::Error naming the file when the module cannot run.
+  virtual std::vector<int64_t> sampleOutputShape(int stage) const;
   // Bytes of weights stage i holds (float32), known before it is built.
   virtual double weightBytes(int stage) const = 0;
   // Activation memory stage i keeps per in-flight sample for its backward; 0 when unknown.

@@ -86,3 +86,33 @@ TEST_CASE("an empty tensor at another's offset comes first in data order") {
   CHECK(h.tensors[1].name == "b");
   CHECK(h.tensors[2].name == "a");
 }
+
+TEST_CASE("a tied matrix two stages hold is written once, and two copies that differ are refused") {
+  const std::string w("\x01\x00\x00\x00\x02\x00\x00\x00", 8);
+  const nlohmann::json entry = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}};
+  const auto first = write("tied_first", file({{"tok_emb.weight", entry}}, w));
+  const auto last = write("tied_last", file({{"norm.weight", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {8, 16}}}},
+                                             {"head.weight", entry}},
+                                            w + std::string("\x03\x00\x00\x00\x04\x00\x00\x00", 8)));
+  const std::string out = "/tmp/skytrain_merge_test_tied.safetensors";
+  const std::vector<std::pair<std::string, std::string>> tied{{"tok_emb.weight", "head.weight"}};
+  REQUIRE(mergeSafetensors({first, last}, out, {{"format", "pt"}}, tied) == 2);
+  const std::string bytes = read(out);
+  const auto h = skytrain::compression::parseSafetensorsHeader(bytes, bytes.size(), out);
+  REQUIRE(h.tensors.size() == 2);
+  CHECK(h.tensors[0].name == "tok_emb.weight");
+  CHECK(h.tensors[1].name == "norm.weight");
+  CHECK(h.metadata.at("skytrain_tied") == "head.weight=tok_emb.weight");
+  CHECK(bytes.substr(8 + h.headerBytes) == w + std::string("\x03\x00\x00\x00\x04\x00\x00\x00", 8));
+  // Without the pair (an untied model), both are written.
+  REQUIRE(mergeSafetensors({first, last}, out, {}) == 3);
+
+  // A stage that sent another value for its copy: nothing is written.
+  const auto other = write("tied_other", file({{"head.weight", entry}}, std::string("\x01\x00\x00\x00\x09\x00\x00\x00", 8)));
+  std::remove(out.c_str());
+  CHECK_THROWS_WITH(mergeSafetensors({first, other}, out, {}, tied),
+                    Catch::Contains("tok_emb.weight") && Catch::Contains("head.weight") && Catch::Contains("different"));
+  CHECK_FALSE(std::ifstream(out).good());
+  const auto wider = write("tied_wider", file({{"head.weight", {{"dtype", "F16"}, {"shape", {4}}, {"data_offsets", {0, 8}}}}}, w));
+  CHECK_THROWS_WITH(mergeSafetensors({first, wider}, out, {}, tied), Catch::Contains("different"));
+}

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/hf_export.h"
+#include "client/safetensors_merge.h"
 #include "daemon/protocol/hf_layout.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/stage/initial_weights.h"
@@ -179,6 +180,85 @@ TEST_CASE("export in Hugging Face layout, then import: bit-identical, and the re
   CHECK_THROWS_WITH(client::writeHfDirectory(spec.model, (work / "merged.safetensors").string(), (work / "hf").string(),
                                              20'000),
                     Catch::Contains("not an empty directory"));
+  fs::remove_all(work);
+}
+
+TEST_CASE("the tied pairs export writes once are the model source's own, for every kind that ties") {
+  auto pairsOf = [](const json& model, size_t stages) {
+    json spec = {{"model", model}, {"data", {{"files", {"unused.txt"}}}}, {"stages", json::array()}};
+    for (size_t i = 0; i < stages; ++i) {
+      json stage = {{"daemon", "tcp://127.0.0.1:" + std::to_string(9000 + i)}};
+      if (model["kind"] == "torchscript") {
+        stage["module"] = "/m/" + std::to_string(i) + ".pt";
+      } else {
+        stage["layers"] = {static_cast<int>(i) * 2, static_cast<int>(i) * 2 + 2};
+      }
+      spec["stages"].push_back(stage);
+    }
+    const auto parsed = protocol::parseJobSpec(spec.dump());
+    std::vector<std::pair<std::string, std::string>> fromSource;
+    for (const auto& t : stages::makeModelSource(daemon::modelConfig(parsed))->tied()) {
+      fromSource.emplace_back(t.firstName, t.secondName);
+    }
+    CHECK(protocol::tiedCopies(parsed.model) == fromSource);
+    return fromSource.size();
+  };
+  const json base = {{"vocab_size", 96}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 48}, {"seq_len", 16}};
+  auto with = [&](json extra) {
+    json m = base;
+    m.update(extra);
+    return m;
+  };
+  CHECK(pairsOf(with({{"kind", "llama"}, {"tie_embeddings", true}}), 2) == 1);
+  CHECK(pairsOf(with({{"kind", "llama"}}), 2) == 0);
+  CHECK(pairsOf(with({{"kind", "gpt2"}}), 2) == 1);  // tied by default
+  CHECK(pairsOf(with({{"kind", "gpt2"}, {"tie_embeddings", false}}), 2) == 0);
+  CHECK(pairsOf(with({{"kind", "gpt"}}), 2) == 0);
+  CHECK(pairsOf(with({{"kind", "encoder"}, {"layout", "bert"}}), 2) == 1);
+  CHECK(pairsOf(with({{"kind", "encoder"}}), 2) == 0);
+  CHECK(pairsOf({{"kind", "torchscript"}, {"vocab_size", 256}, {"seq_len", 16},
+                 {"tied", json::array({json::array({"embed.weight", "head.weight"})})}},
+                3) == 1);
+}
+
+TEST_CASE("a skytrain export holds a tied matrix once, and init_from starts both copies from it") {
+  // A tied gpt2 cut in two: each stage's parameters as the daemons write them for export.
+  const auto spec = specFor("gpt2", kDir + "/gpt2", {0, 1, 3}, true);
+  Loaded loaded = load(spec);
+  const fs::path work = fs::temp_directory_path() / ("skytrain-tied-" + std::to_string(::getpid()));
+  fs::remove_all(work);
+  fs::create_directories(work);
+  std::vector<std::string> parts;
+  std::map<std::string, at::Tensor> before;
+  for (size_t i = 0; i < loaded.stages.size(); ++i) {
+    stages::SafeTensors part;
+    for (auto& [key, tensor] : loaded.stages[i]->namedParameters()) {
+      part.tensors.emplace_back(key, tensor.detach());
+      before[key] = tensor.detach();
+    }
+    parts.push_back((work / ("stage-" + std::to_string(i) + ".safetensors")).string());
+    std::ofstream(parts.back(), std::ios::binary) << stages::encodeSafetensors(part);
+  }
+  REQUIRE(before.count("head.weight"));
+  REQUIRE(torch::equal(before.at("head.weight"), before.at("tok_emb.weight")));
+  const std::string merged = (work / "model.safetensors").string();
+  client::mergeSafetensors(parts, merged, {{"format", "pt"}}, protocol::tiedCopies(spec.model));
+  const auto file = stages::decodeSafetensors(readAll(merged), merged);
+  size_t heads = 0;
+  for (const auto& [key, tensor] : file.tensors) heads += key == "head.weight";
+  CHECK(heads == 0);  // once, as the embedding
+  CHECK(file.metadata.at("skytrain_tied") == "head.weight=tok_emb.weight");
+  CHECK(file.tensors.size() + 1 == before.size());
+
+  // Back in, cut elsewhere: the last stage's copy is the file's embedding, not a seed's.
+  Loaded again = load(specFor("gpt2", merged, {0, 2, 3}, true));
+  for (auto& stage : again.stages) {
+    for (auto& [key, tensor] : stage->namedParameters()) {
+      INFO(key);
+      CHECK(torch::equal(tensor, before.at(key)));
+    }
+  }
+  CHECK(again.reports.back()["from_seed"] == 0);
   fs::remove_all(work);
 }
 

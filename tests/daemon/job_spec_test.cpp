@@ -316,6 +316,9 @@ TEST_CASE("torchscript specs: a module per stage, input shapes after the first, 
   CHECK(spec.model.loss == "module");
   CHECK(spec.stages[1].module == "/m/b.pt");
   CHECK(spec.stages[1].inputShape == std::vector<int64_t>{16, 32});
+  json inferred = s;  // left out: the coordinator infers it from stage 0's output when preparing
+  inferred["stages"][1].erase("input_shape");
+  CHECK(parseJobSpec(inferred.dump()).stages[1].inputShape.empty());
 
   auto refused = [&](const std::function<void(json&)>& edit, const std::string& path, const std::string& words) {
     json bad = s;
@@ -326,7 +329,6 @@ TEST_CASE("torchscript specs: a module per stage, input shapes after the first, 
   };
   refused([](json& j) { j["model"]["kind"] = "bert"; }, "$.model.kind", "valid: classifier, electra, encoder, gpt, gpt2, llama, torchscript, translation");
   refused([](json& j) { j["stages"][1].erase("module"); }, "$.stages[1].module", "missing");
-  refused([](json& j) { j["stages"][1].erase("input_shape"); }, "$.stages[1].input_shape", "missing");
   refused([](json& j) { j["stages"][0]["input_shape"] = {16}; }, "$.stages[0].input_shape", "token ids");
   refused([](json& j) { j["stages"][1]["layers"] = {0, 2}; }, "$.stages[1].layers", "TorchScript stage");
   refused([](json& j) { j["stages"][1]["input_shape"] = {16, 0}; }, "$.stages[1].input_shape", "[1, ");

@@ -47,12 +47,18 @@ TEST_CASE("each request type parses and round-trips") {
   store.op = "set";
   store.keys = {"rank0"};
   store.value = std::string("\x00\x01gloo", 6);
+  StagePrepare prepare;
+  prepare.job = kJob;
+  prepare.stage = 1;
+  prepare.spec = "{}";
+  prepare.coordinator = "tcp://a:7100";
+  prepare.inputShape = {16, 32};  // inferred from stage 0's output
   StageStart replicated = start;
   replicated.replica = 1;
   replicated.groupAttempt = 0;
   const Request requests[] = {Ping{}, List{}, Submit{"{}", true}, Status{kJob, 4}, Cancel{kJob}, start,
                               StageAbort{{kJob, 2}}, StagePlan{{kJob, 0}, {4, "1f1b", {1, 2}}}, StagePlan{{kJob, 1}, {2, "gpipe", {}, {"ef(int8)"}, {"fp16"}}}, StageHeartbeat{{kJob, 1}}, Resume{kJob},
-                              StageProfile{{kJob, 0}, 10}, report, store, replicated};
+                              StageProfile{{kJob, 0}, 10}, report, store, replicated, prepare};
   for (const auto& request : requests) {
     const json wire = toJson(request);
     INFO(wire.dump());
@@ -88,6 +94,16 @@ TEST_CASE("bad requests are refused naming the field") {
              Catch::Contains("$.error") && Catch::Contains("limit is 4096"));
   CHECK_THAT(refusal({{"type", "stage.report"}, {"job", kJob}, {"stage", 0}, {"kind", "step"}, {"step_s", -1.0}}),
              Catch::Contains("$.step_s"));
+  // An inferred input_shape is bounded as the spec's own is, before anything is allocated.
+  const json prepare = {{"type", "stage.prepare"}, {"job", kJob}, {"stage", 1}, {"spec", "{}"},
+                        {"coordinator", "tcp://a:7100"}};
+  for (const json& shape : {json::array(), json{16, 0}, json{1 << 13, 1 << 13}, json{1, 1, 1, 1, 1, 1, 1, 1, 1},
+                            json{16.5}, json("16x32"), json{-1}}) {
+    json bad = prepare;
+    bad["input_shape"] = shape;
+    CHECK_THAT(refusal(bad), Catch::Contains("$.input_shape"));
+  }
+  CHECK(parseSampleShape(json{16, 32}, "x") == std::vector<int64_t>{16, 32});
 }
 
 TEST_CASE("rendezvous store requests are bounded") {

@@ -5,10 +5,15 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <fstream>
+#include <iterator>
 #include <map>
 
+#include "client/commands.h"
+#include "client/export.h"
 #include "daemon_fixture.h"
 #include "reference_trainer.h"
+#include "stages/safetensors.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;
@@ -76,4 +81,18 @@ TEST_CASE("llama and gpt2 with tied embeddings cut across daemons train like one
   }
   CHECK(worst <= kParameterTolerance);
   WARN(kind << " tied, " << stages << " stages: max |parameter diff| " << worst);
+
+  // `skytrain export` writes the matrix once, under the embedding's name.
+  client::ClientOptions options;
+  options.daemon = a.control();
+  const std::string out = (a.dir() / "tied.safetensors").string();
+  REQUIRE(client::exportWeights(options, job, out, client::ExportOptions{}) == 0);
+  std::ifstream in(out, std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::map<std::string, at::Tensor> exported;
+  for (const auto& [name, tensor] : stages::decodeSafetensors(bytes, out).tensors) exported[name] = tensor;
+  CHECK(exported.count("head.weight") == 0);
+  REQUIRE(exported.count("tok_emb.weight"));
+  CHECK(torch::equal(exported.at("tok_emb.weight"), parameters.at("tok_emb.weight")));
+  CHECK(exported.size() + 1 == parameters.size());
 }

@@ -173,9 +173,18 @@ TEST_CASE("a TorchScript model cut in three trains across three daemons like one
           "[integration][torchscript]") {
   TestDaemon a("t3a"), b("t3b"), c("t3c");
   zmq::context_t context;
-  const Json status = runJob(context, a.control(), specFor({a.control(), b.control(), c.control()}, "cut3", 2));
+  // The later stages' input_shape given, or left out: inferred from the previous stage's
+  // output when the job is prepared, and said in the job's events.
+  const bool inferred = GENERATE(false, true);
+  CAPTURE(inferred);
+  Json spec = specFor({a.control(), b.control(), c.control()}, "cut3", 2);
+  if (inferred) spec["stages"][1].erase("input_shape"), spec["stages"][2].erase("input_shape");
+  const Json status = runJob(context, a.control(), spec);
   INFO(status.dump());
   checkMatches(status, trainWhole("cut3"), weightsOf({&a, &b, &c}, status));
+  const std::string events = status["events"].dump();
+  CHECK((events.find("stage 1 takes [16, 32] a sample, inferred from stage 0's output") != std::string::npos) == inferred);
+  CHECK((events.find("stage 2 takes [16, 32] a sample, inferred from stage 1's output") != std::string::npos) == inferred);
 }
 
 TEST_CASE("malformed, wrong-shaped and missing TorchScript modules are refused with the file and the reason",
@@ -203,6 +212,13 @@ TEST_CASE("malformed, wrong-shaped and missing TorchScript modules are refused w
     spec["stages"][1]["input_shape"] = {kSeqLen, 31};
     // Stage 0's output does not fit, nor does stage 1's module take [16, 31]: either says so.
     failsWith(spec, {"bad model", "[2, 16, 31]"});
+  }
+  SECTION("an input_shape left out after a module that is not TorchScript: nothing to infer it from") {
+    const std::string garbage = (dir / "garbage0.pt").string();
+    std::ofstream(garbage) << "PK\x03\x04 not really a zip archive";
+    spec["stages"][0]["module"] = garbage;
+    spec["stages"][1].erase("input_shape");
+    failsWith(spec, {"bad model", garbage});
   }
   SECTION("a last stage whose output is not logits over the vocabulary") {
     spec["model"]["vocab_size"] = 300;
