@@ -97,6 +97,7 @@ std::optional<JobRecord> RecordFiles::read(const std::string& dir, std::string* 
     }
   }
   std::string how = why.empty() ? "" : "restored from the previous generation (" + why + ")";
+  const bool rebuiltFromSpec = !r;
   if (!r) {
     try {
       r = rebuilt(dir);
@@ -111,6 +112,18 @@ std::optional<JobRecord> RecordFiles::read(const std::string& dir, std::string* 
   for (std::string text; metrics.is_open() && std::getline(metrics, text);) {
     // A row cut by a crash mid-append, or damaged since: skipped, the rest kept.
     if (auto row = Json::parse(text, nullptr, false); row.is_object()) r->steps.push_back(std::move(row));
+  }
+  if (rebuiltFromSpec) {
+    // The attempt counter was in the lost record; the step rows name the attempts that ran
+    // steps. The next attempt goes past them, and past one that may have failed before its
+    // first step, so frames and stage workers of an earlier attempt never pass for its own.
+    int highest = -1;
+    for (const auto& row : r->steps) {
+      if (const auto a = row.find("attempt"); a != row.end() && a->is_number_integer()) {
+        highest = std::max(highest, static_cast<int>(std::clamp<int64_t>(a->get<int64_t>(), -1, 1 << 19)));
+      }
+    }
+    r->attempt = highest + 1;
   }
   return r;
 }

@@ -129,6 +129,7 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
                 {"checkpoint_s", checkpoint},
                 {"lr", reports.begin()->second.value("lr", 0.0)},
                 {"skipped", skipped},
+                {"attempt", r.attempt},  // which run of the job made it (a rebuilt record resumes past it)
                 {"compute_s", compute},
                 {"time", wallSeconds()}};  // when the step completed (plots against wall-clock)
     if (protocol::isFanIn(r.spec)) {

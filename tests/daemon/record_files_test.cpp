@@ -120,9 +120,11 @@ TEST_CASE("with both generations damaged the job is rebuilt from job.json and it
   files.save(r);
   const fs::path dir = files.jobDir(r.id);
   for (const char* step : {"step-00000004", "step-00000009"}) fs::create_directories(dir / "checkpoints" / step);
-  r.steps.push_back({{"step", 0}, {"loss", 5.5}});
+  r.steps.push_back({{"step", 0}, {"loss", 5.5}, {"attempt", 0}});
   files.appendStep(r, r.steps.back());
-  std::ofstream(dir / "metrics.jsonl", std::ios::app) << "{\"step\": 1, \"lo";  // a crash mid-append
+  r.steps.push_back({{"step", 1}, {"loss", 5.4}, {"attempt", 2}});
+  files.appendStep(r, r.steps.back());
+  std::ofstream(dir / "metrics.jsonl", std::ios::app) << "{\"step\": 2, \"lo";  // a crash mid-append
   writeAll(dir / "record.json", "{\"id\": ");
   fs::remove(dir / "record.prev.json");
   std::string recovered;
@@ -134,7 +136,10 @@ TEST_CASE("with both generations damaged the job is rebuilt from job.json and it
   CHECK(read->proof == r.proof);
   CHECK(read->state == JobState::Preparing);  // unfinished: its coordinator resumes it
   CHECK(read->checkpoints == std::vector<int64_t>{3, 8});  // indices: the directories are named by number
-  CHECK(read->steps.size() == 1);
+  CHECK(read->steps.size() == 2);
+  // The counter went with the record: the next attempt is past every one the rows name, and
+  // past one that may have failed before its first step (it resumes as attempt 4).
+  CHECK(read->attempt == 3);
   // job.json damaged too: nothing is left to rebuild from, and the error says so.
   writeAll(dir / "job.json", "{}");
   CHECK_THROWS_WITH(files.read(dir.string()), Catch::Contains("job.json"));
