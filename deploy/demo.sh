@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The demo: installs, builds, starts two skytraind daemons on this machine (stage 0 and
-# stage 1, as if in two clouds), submits a GPT language model on the World English Bible
+# stage 1, as if in two clouds), submits a LLaMA language model on the World English Bible
 # and streams its training, then prints what to try next. Usage:
 #   bash deploy/demo.sh [--keep] [job.json]
 # --keep leaves the two daemons running after the job (stop them with the kill it prints).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-keep=0 job_template=deploy/jobs/gpt-web.json
+keep=0 job_template=deploy/jobs/llama-web.json
 for arg in "$@"; do
   case $arg in
     --keep) keep=1 ;;
