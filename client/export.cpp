@@ -100,10 +100,14 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
     protocol::ModelSpec model;
     std::vector<std::pair<std::string, std::string>> tied;  // written once (protocol::tiedCopies)
     try {
-      model = protocol::parseJobSpec(status.value("spec", std::string())).model;
-      tied = protocol::tiedCopies(model);
-    } catch (const SpecError&) {
-      if (hf) throw;  // the safetensors format needs nothing of the spec: a tied copy is then kept
+      const protocol::JobSpec spec = protocol::parseJobSpec(status.value("spec", std::string()));
+      model = spec.model;
+      tied = protocol::tiedCopies(model, spec.stages.size());
+    } catch (const SpecError& e) {
+      if (hf) throw;
+      // The safetensors format needs nothing of the spec (a job of another version's?).
+      std::cerr << "note: the job's spec does not parse here (" << e.what()
+                << "); a tied matrix, if any, is written as both its copies\n";
     }
     if (hf) {
       if (!protocol::hasHfLayout(model)) {
@@ -129,12 +133,18 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
       // The step's number is 1-based, as every interface shows it; the request carries its index.
       bytes += fetchStage(context, options, job, static_cast<int>(i), daemons[i], step < 0 ? -1 : step - 1, parts.back());
     }
-    const size_t tensors = mergeSafetensors(
+    const MergedFile joined = mergeSafetensors(
         parts, merged,
         {{"format", "pt"}, {"skytrain_job", job}, {"skytrain_step", step < 0 ? "final" : std::to_string(step)}}, tied);
+    for (const auto& copy : joined.keptApart) {
+      const std::string why = "the tied copy \"" + copy + "\" differs from the matrix it copies (one copy frozen by "
+                              "model.trainable while the other trains?)";
+      if (hf) throw Error(why + ": Hugging Face's tied layout holds one matrix; export it as safetensors");
+      std::cerr << "note: " << why << "; both are written\n";
+    }
     const std::string what = step < 0 ? std::string("final weights") : "checkpoint after step " + std::to_string(step);
     if (!hf) {
-      std::cout << "wrote " << out << ": " << tensors << " tensors from " << daemons.size() << " stages ("
+      std::cout << "wrote " << out << ": " << joined.tensors << " tensors from " << daemons.size() << " stages ("
                 << formatBytes(static_cast<double>(bytes)) << "), " << what << "\n";
       return 0;
     }

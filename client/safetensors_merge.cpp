@@ -43,9 +43,10 @@ bool sameBytes(const std::vector<std::string>& inputs, const std::vector<Safeten
 
 }  // namespace
 
-size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::string& out,
-                        const std::map<std::string, std::string>& metadata,
-                        const std::vector<std::pair<std::string, std::string>>& tied) {
+MergedFile mergeSafetensors(const std::vector<std::string>& inputs, const std::string& out,
+                            const std::map<std::string, std::string>& metadata,
+                            const std::vector<std::pair<std::string, std::string>>& tied) {
+  MergedFile result;
   std::vector<SafetensorsHeader> headers;
   std::map<std::string, Located> where;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -65,21 +66,20 @@ size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::strin
     const auto& x = *a->second.tensor;
     const auto& y = *b->second.tensor;
     if (x.dtype != y.dtype || x.shape != y.shape || !sameBytes(inputs, headers, a->second, b->second)) {
-      throw Error("\"" + first + "\" and \"" + copy + "\" are one tied matrix, but the stages sent different values "
-                  "for them; nothing was written");
+      result.keptApart.push_back(copy);
+      continue;
     }
     copies.insert(copy);
     tiedList += (tiedList.empty() ? "" : ",") + copy + "=" + first;
   }
   json header = json::object();
   uint64_t offset = 0;
-  size_t written = 0;
   for (const auto& h : headers) {
     for (const auto& t : h.tensors) {
       if (copies.count(t.name)) continue;
       header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + (t.end - t.begin)}}};
       offset += t.end - t.begin;
-      ++written;
+      ++result.tensors;
     }
   }
   std::map<std::string, std::string> meta = metadata;
@@ -113,7 +113,7 @@ size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::strin
     if (!o) throw Error("cannot write \"" + tmp + "\"");
   }
   if (std::rename(tmp.c_str(), out.c_str()) != 0) throw Error("cannot rename \"" + tmp + "\" to \"" + out + "\"");
-  return written;
+  return result;
 }
 
 }  // namespace skytrain::client

@@ -13,15 +13,21 @@
 
 namespace skytrain::client {
 
+struct MergedFile {
+  size_t tensors = 0;                  // written
+  std::vector<std::string> keptApart;  // tied copies written as themselves: they differ
+};
+
 // Writes `out` from `inputs` (tensors in input order), with `metadata`; refuses a name
-// that two inputs share. Atomic: written to out.tmp and renamed. Returns the tensor count.
+// that two inputs share. Atomic: written to out.tmp and renamed.
 //
 // `tied`: pairs {first, copy} of one matrix two stages each hold (protocol::tiedCopies).
-// Where both are present, the copy is written once, as `first`, and the metadata's
-// "skytrain_tied" lists "copy=first" (comma-separated); two copies that differ in dtype,
-// shape or any byte are refused, naming both.
-size_t mergeSafetensors(const std::vector<std::string>& inputs, const std::string& out,
-                        const std::map<std::string, std::string>& metadata,
-                        const std::vector<std::pair<std::string, std::string>>& tied = {});
+// Where both are present and equal (dtype, shape and every byte), the copy is written once,
+// as `first`, and the metadata's "skytrain_tied" lists "copy=first" (comma-separated). Two
+// that differ stay two tensors, named in keptApart: a copy frozen by model.trainable while
+// the other trains (gradient_pipeline.h) is such a pair, and so is one a stage sent wrong.
+MergedFile mergeSafetensors(const std::vector<std::string>& inputs, const std::string& out,
+                            const std::map<std::string, std::string>& metadata,
+                            const std::vector<std::pair<std::string, std::string>>& tied = {});
 
 }  // namespace skytrain::client

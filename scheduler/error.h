@@ -32,6 +32,13 @@ class WireError : public Error {
   using Error::Error;
 };
 
+// A job's data cannot be read or does not fit it (too few tokens for a sequence, a token
+// past the vocabulary): a restart would meet it again. The message starts "data: ".
+class DataError : public Error {
+ public:
+  explicit DataError(const std::string& message) : Error("data: " + message) {}
+};
+
 // A peer (daemon, stage, client) could not be reached, timed out or reported a failure.
 class PeerError : public Error {
  public:

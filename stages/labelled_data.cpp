@@ -12,8 +12,8 @@
 
 namespace skytrain::stages {
 LabelledDataSource::LabelledDataSource(LabelledDataOptions options) : options_(std::move(options)) {
-  if (options_.files.empty()) throw Error("data: no files given");
-  if (options_.classes.size() < 2) throw Error("data: a classifier needs at least two classes");
+  if (options_.files.empty()) throw DataError("no files given");
+  if (options_.classes.size() < 2) throw DataError("a classifier needs at least two classes");
   tokenizer_ = options_.sentencepieceModel.empty() ? makeByteTokenizer()
                                                    : makeSentencePieceTokenizer(options_.sentencepieceModel);
   std::vector<Example> all = read(options_.files);
@@ -29,7 +29,7 @@ LabelledDataSource::LabelledDataSource(LabelledDataOptions options) : options_(s
   }
   train_ = std::move(all);
   if (train_.empty() || validation_.empty()) {
-    throw Error("data: " + std::to_string(train_.size()) + " training and " + std::to_string(validation_.size()) +
+    throw DataError(std::to_string(train_.size()) + " training and " + std::to_string(validation_.size()) +
                 " validation examples: neither may be empty");
   }
 }

@@ -13,12 +13,12 @@
 namespace skytrain::stages {
 
 ParallelDataSource::ParallelDataSource(ParallelDataOptions options) : options_(std::move(options)) {
-  if (options_.files.empty()) throw Error("data: no files given");
-  if (options_.seqLen < 2) throw Error("data: a translation needs seq_len >= 2");
+  if (options_.files.empty()) throw DataError("no files given");
+  if (options_.seqLen < 2) throw DataError("a translation needs seq_len >= 2");
   tokenizer_ = options_.sentencepieceModel.empty() ? makeByteTokenizer()
                                                    : makeSentencePieceTokenizer(options_.sentencepieceModel);
   if (tokenizer_->vocabSize() + kTranslationSpecials > options_.vocabSize) {
-    throw Error("data: vocab_size " + std::to_string(options_.vocabSize) + " cannot hold tokenizer " +
+    throw DataError("vocab_size " + std::to_string(options_.vocabSize) + " cannot hold tokenizer " +
                 tokenizer_->name() + "'s " + std::to_string(tokenizer_->vocabSize()) + " IDs and [PAD], [BOS], [EOS]");
   }
   std::vector<Pair> all = read(options_.files, options_.evalFiles.empty());
@@ -34,7 +34,7 @@ ParallelDataSource::ParallelDataSource(ParallelDataOptions options) : options_(s
   }
   train_ = std::move(all);
   if (train_.empty() || validation_.empty()) {
-    throw Error("data: " + std::to_string(train_.size()) + " training and " + std::to_string(validation_.size()) +
+    throw DataError(std::to_string(train_.size()) + " training and " + std::to_string(validation_.size()) +
                 " validation pairs: neither may be empty");
   }
 }

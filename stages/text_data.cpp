@@ -25,9 +25,9 @@ constexpr uint64_t kValidationStream = ~0ULL;
 }  // namespace
 
 TextDataSource::TextDataSource(TextDataOptions options) : options_(std::move(options)) {
-  if (options_.files.empty()) throw Error("data: no files given");
+  if (options_.files.empty()) throw DataError("no files given");
   if (!(options_.validationFraction > 0.0 && options_.validationFraction < 1.0)) {
-    throw Error("data: validation fraction must be in (0, 1), got " + std::to_string(options_.validationFraction));
+    throw DataError("validation fraction must be in (0, 1), got " + std::to_string(options_.validationFraction));
   }
   tokenizer_ = options_.sentencepieceModel.empty() ? makeByteTokenizer()
                                                    : makeSentencePieceTokenizer(options_.sentencepieceModel);
@@ -47,7 +47,7 @@ TextDataSource::TextDataSource(TextDataOptions options) : options_(std::move(opt
                                                            : held.size();
   const size_t needed = static_cast<size_t>(options_.seqLen) + 1;
   if (validationSize < needed || tokens.size() - validationSize < needed) {
-    throw Error("data: " + std::to_string(tokens.size()) + " tokens are too few for sequences of " +
+    throw DataError(std::to_string(tokens.size()) + " tokens are too few for sequences of " +
                 std::to_string(options_.seqLen) + " in both the train and validation splits");
   }
   train_.assign(tokens.begin(), tokens.end() - validationSize);

@@ -61,9 +61,9 @@ void addSegment(Region& region, Segment segment, uint64_t window) {
 }  // namespace
 
 TokenDataSource::TokenDataSource(TokenDataOptions options) : options_(std::move(options)) {
-  if (options_.sources.empty()) throw Error("data: no token files given");
+  if (options_.sources.empty()) throw DataError("no token files given");
   if (!(options_.validationFraction > 0.0 && options_.validationFraction < 1.0)) {
-    throw Error("data: validation fraction must be in (0, 1), got " + std::to_string(options_.validationFraction));
+    throw DataError("validation fraction must be in (0, 1), got " + std::to_string(options_.validationFraction));
   }
   if (!options_.sentencepieceModel.empty()) {
     tokenizer_ = makeSentencePieceTokenizer(options_.sentencepieceModel);
@@ -80,8 +80,8 @@ TokenDataSource::TokenDataSource(TokenDataOptions options) : options_(std::move(
   double total = 0;
   for (size_t s = 0; s < options_.sources.size(); ++s) {
     const auto& source = options_.sources[s];
-    if (source.files.empty()) throw Error("data: source " + std::to_string(s) + " has no files");
-    if (!(source.weight > 0)) throw Error("data: source " + std::to_string(s) + " has weight " + std::to_string(source.weight));
+    if (source.files.empty()) throw DataError("source " + std::to_string(s) + " has no files");
+    if (!(source.weight > 0)) throw DataError("source " + std::to_string(s) + " has weight " + std::to_string(source.weight));
     std::vector<const TokenFile*> shards;
     uint64_t tokens = 0;
     for (const auto& path : source.files) {
@@ -104,13 +104,13 @@ TokenDataSource::TokenDataSource(TokenDataOptions options) : options_(std::move(
     for (const auto& seg : segments) addSegment(train, seg, window);
     for (auto it = tail.rbegin(); it != tail.rend(); ++it) addSegment(validation, *it, window);
     if (train.starts == 0) {
-      throw Error("data: source " + std::to_string(s) + " (" + std::to_string(tokens) +
+      throw DataError("source " + std::to_string(s) + " (" + std::to_string(tokens) +
                   " tokens) has no training shard part of " + std::to_string(window) + " tokens (seq_len + 1)");
     }
     train_.push_back(std::move(train));
     if (options_.evalFiles.empty()) {
       if (validation.starts == 0) {
-        throw Error("data: source " + std::to_string(s) + "'s held-out " + std::to_string(validation.tokens) +
+        throw DataError("source " + std::to_string(s) + "'s held-out " + std::to_string(validation.tokens) +
                     " tokens hold no window of " + std::to_string(window) +
                     " (raise validation_fraction or give eval_files)");
       }
@@ -126,7 +126,7 @@ TokenDataSource::TokenDataSource(TokenDataOptions options) : options_(std::move(
       const auto* file = open(path);
       addSegment(validation, {file, 0, file->tokens()}, window);
     }
-    if (validation.starts == 0) throw Error("data: eval_files hold no window of " + std::to_string(window) + " tokens");
+    if (validation.starts == 0) throw DataError("eval_files hold no window of " + std::to_string(window) + " tokens");
     validation_.push_back(std::move(validation));
   }
 }
@@ -167,7 +167,7 @@ TokenBatch TokenDataSource::gather(const std::vector<Region>& regions, uint64_t 
     for (int64_t i = 0; i <= t; ++i) {
       const int64_t id = seg.file->tokenAt(first + i);
       if (id < 0 || id >= options_.vocabSize) {
-        throw Error("data: token id " + std::to_string(id) + " at byte " + std::to_string(seg.file->byteOffset(first + i)) +
+        throw DataError("token id " + std::to_string(id) + " at byte " + std::to_string(seg.file->byteOffset(first + i)) +
                     " of \"" + seg.file->path() + "\" is outside the model's vocabulary of " +
                     std::to_string(options_.vocabSize));
       }

@@ -82,7 +82,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.proof = proof;
       prepare.attempt = attempt;
       prepare.resumeStep = fromStep;
-      prepare.inputShape = inferredInput(outputs, i, attempt);
+      prepare.inputShape = inferInputShape(outputs, i, attempt);
       const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);
       data[i] = reply.at("data_endpoint").get<std::string>();
       if (const auto shape = reply.find("output_shape"); shape != reply.end()) {
@@ -121,9 +121,9 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
   }
 }
 
-std::vector<int64_t> Coordinator::inferredInput(const std::vector<std::vector<int64_t>>& outputs, int slot, int attempt) {
+std::vector<int64_t> Coordinator::inferInputShape(const std::vector<std::vector<int64_t>>& outputs, int slot, int attempt) {
   const int stage = protocol::stageOfSlot(spec_, slot);
-  if (spec_.model.kind != "torchscript" || stage == 0 || !spec_.stages[stage].inputShape.empty()) return {};
+  if (!protocol::takesInputShapes(spec_) || stage == 0 || !spec_.stages[stage].inputShape.empty()) return {};
   const std::vector<int64_t>& shape = outputs[protocol::slotOf(spec_, stage - 1, protocol::replicaOfSlot(spec_, slot))];
   if (shape.empty()) {
     throw Error("stages[" + std::to_string(stage) + "].input_shape is not given, and stage " + std::to_string(stage - 1) +

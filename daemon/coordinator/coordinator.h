@@ -50,7 +50,7 @@ class Coordinator {
   // The input_shape to send slot `slot`'s prepare: the previous stage's reported output
   // where the spec gives none (a TorchScript stage after the first), else empty. An event
   // says what was inferred, on the first attempt.
-  std::vector<int64_t> inferredInput(const std::vector<std::vector<int64_t>>& outputs, int slot, int attempt);
+  std::vector<int64_t> inferInputShape(const std::vector<std::vector<int64_t>>& outputs, int slot, int attempt);
   void sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout);
   void abortStages();
   // A control client to the daemon of a slot (a stage's copy, job_spec.h), authenticated by its key.

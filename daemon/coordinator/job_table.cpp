@@ -199,6 +199,7 @@ void JobTable::beginAttempt(const std::string& id, int attempt, int64_t fromStep
                                [&](const Json& e) { return e["step"].get<int64_t>() > fromStep; }),
                 r.evals.end());
   if (!isTerminal(r.state)) r.state = JobState::Running;
+  files_.markAttempt(r);
   files_.save(r);
   changed(r);
 }

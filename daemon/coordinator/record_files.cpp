@@ -114,16 +114,24 @@ std::optional<JobRecord> RecordFiles::read(const std::string& dir, std::string* 
     if (auto row = Json::parse(text, nullptr, false); row.is_object()) r->steps.push_back(std::move(row));
   }
   if (rebuiltFromSpec) {
-    // The attempt counter was in the lost record; the step rows name the attempts that ran
-    // steps. The next attempt goes past them, and past one that may have failed before its
-    // first step, so frames and stage workers of an earlier attempt never pass for its own.
-    int highest = -1;
+    // The attempt counter was in the lost record. <job>/attempt names the one that began
+    // last; the step rows name those that ran steps and were kept. The next attempt goes
+    // past both (and, should the file be lost too, past one that failed before its first
+    // step), so frames and stage workers of an earlier attempt never pass for its own.
+    constexpr int64_t kMaxAttempt = 1 << 19;
+    int64_t highest = -1;
     for (const auto& row : r->steps) {
       if (const auto a = row.find("attempt"); a != row.end() && a->is_number_integer()) {
-        highest = std::max(highest, static_cast<int>(std::clamp<int64_t>(a->get<int64_t>(), -1, 1 << 19)));
+        highest = std::max(highest, std::clamp<int64_t>(a->get<int64_t>(), -1, kMaxAttempt));
       }
     }
-    r->attempt = highest + 1;
+    int64_t marked = -1;
+    try {
+      const std::string text = readFile(dir + "/attempt", 32);
+      marked = std::clamp<int64_t>(std::stoll(text), -1, kMaxAttempt);
+    } catch (const std::exception&) {  // missing or damaged: the rows alone
+    }
+    r->attempt = static_cast<int>(std::max(marked, highest + 1));
   }
   return r;
 }
@@ -157,6 +165,15 @@ void RecordFiles::save(const JobRecord& r) const {
     return;
   }
   if (stepsBehind_.count(r.id)) rewriteSteps(r);
+}
+
+void RecordFiles::markAttempt(const JobRecord& r) const {
+  if (r.dryRun) return;
+  try {
+    writeFileAtomic(jobDir(r.id) + "/attempt", std::to_string(r.attempt) + "\n");
+  } catch (const std::exception& e) {
+    failures_.warn(r.id + ": " + e.what() + " (the attempt is in the record too)");
+  }
 }
 
 void RecordFiles::appendStep(const JobRecord& r, const Json& row) const {

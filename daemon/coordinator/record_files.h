@@ -45,6 +45,9 @@ class RecordFiles {
   void appendStep(const JobRecord& r, const Json& row) const;
   // metrics.jsonl as the record's step rows, atomically (after steps were forgotten). Never throws.
   void rewriteSteps(const JobRecord& r) const;
+  // <job>/attempt: the attempt that began last, apart from the record (a rebuilt record
+  // resumes past it, though the step rows of attempts that failed are gone).
+  void markAttempt(const JobRecord& r) const;
 
  private:
   void writeRecord(const JobRecord& r) const;

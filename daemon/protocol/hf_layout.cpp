@@ -189,7 +189,8 @@ bool hfExported(const ModelSpec& model, const std::string& name) {
   return !hfNames(model, name).empty() && !(name == "head.weight" && (model.tieEmbeddings || family(model) == "bert"));
 }
 
-std::vector<std::pair<std::string, std::string>> tiedCopies(const ModelSpec& model) {
+std::vector<std::pair<std::string, std::string>> tiedCopies(const ModelSpec& model, size_t stages) {
+  if (stages < 2) return {};
   if (model.kind == "torchscript") return model.tied;
   const bool tied = model.kind == "llama" || model.kind == "gpt2" ? model.tieEmbeddings
                                                                   : model.kind == "encoder" && model.layout == "bert";

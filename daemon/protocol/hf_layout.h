@@ -31,11 +31,12 @@ std::vector<HfName> hfNames(const ModelSpec& model, const std::string& name);
 // Whether export writes the parameter (false: a tied head, written once as the embedding).
 bool hfExported(const ModelSpec& model, const std::string& name);
 
-// The model's tied pairs as {the first holder's name, the copy's name}: a matrix the first
-// and the last stage each hold (stages/models/model_source.h: ModelSource::tied, which
-// model_spec_test checks this against). Export writes the copy once, as the first name, in
-// both formats; init_from reads the first name for a copy the file lacks.
-std::vector<std::pair<std::string, std::string>> tiedCopies(const ModelSpec& model);
+// The tied pairs of a model cut into `stages` stages, as {the first holder's name, the
+// copy's name}: a matrix the first and the last stage each hold (none under 2 stages); the
+// same as stages/models/model_source.h's ModelSource::tied, which hf_checkpoint_test checks.
+// Export writes an unchanged copy once, as the first name; init_from reads the first name
+// for a copy the file lacks.
+std::vector<std::pair<std::string, std::string>> tiedCopies(const ModelSpec& model, size_t stages);
 
 // Every field of a checkpoint's config.json that disagrees with the spec, as
 // "num_hidden_layers: config.json has 24, the spec 12" (absent fields take Hugging Face's

@@ -119,23 +119,7 @@ FailureSpec parseFailure(ObjectReader r) {
 }
 
 std::vector<int64_t> parseShape(ObjectReader& r, const std::string& key) {
-  const json* value = r.child(key, true);
-  const std::string path = r.pathOf(key);
-  if (!value->is_array() || value->empty() || value->size() > 8) {
-    throw SpecError(path, "expected 1..8 dimensions of one sample's input, got " + describe(*value));
-  }
-  std::vector<int64_t> shape;
-  for (const auto& d : *value) {
-    if (!d.is_number_integer()) {
-      throw SpecError(path, "dimensions must be integers in [1, " + std::to_string(kMaxSampleElements) + "], got " +
-                                describe(*value));
-    }
-    shape.push_back(d.get<int64_t>());
-  }
-  if (const std::string problem = sampleShapeProblem(shape); !problem.empty()) {
-    throw SpecError(path, describe(*value) + ": " + problem);
-  }
-  return shape;
+  return parseSampleShape(*r.child(key, true), r.pathOf(key));
 }
 
 // An ELECTRA stage: a generator (with its own text) or, last, the discriminator.
@@ -228,6 +212,24 @@ std::string sampleShapeProblem(const std::vector<int64_t>& shape) {
     if (elements > kMaxSampleElements) return "over " + std::to_string(kMaxSampleElements) + " elements a sample";
   }
   return "";
+}
+
+std::vector<int64_t> parseSampleShape(const json& value, const std::string& path) {
+  if (!value.is_array() || value.size() > 8) {
+    throw SpecError(path, "expected 1..8 dimensions of one sample, got " + describe(value));
+  }
+  std::vector<int64_t> shape;
+  for (const auto& d : value) {
+    if (!d.is_number_integer()) {
+      throw SpecError(path, "dimensions must be integers in [1, " + std::to_string(kMaxSampleElements) + "], got " +
+                                describe(value));
+    }
+    shape.push_back(d.get<int64_t>());
+  }
+  if (const std::string problem = sampleShapeProblem(shape); !problem.empty()) {
+    throw SpecError(path, describe(value) + ": " + problem);
+  }
+  return shape;
 }
 
 JobSpec parseJobSpec(const std::string& text) {

@@ -2,6 +2,8 @@
 // docs/job-spec.md documents every field (job_spec_docs_test checks it against this parser).
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -232,6 +234,9 @@ struct JobSpec {
 
 // A fan-in (every stage but the last feeds the last token IDs) rather than a chain.
 inline bool isFanIn(const JobSpec& spec) { return spec.model.kind == "electra"; }
+// A kind whose stages after the first take stages[i].input_shape (torchscript): given in
+// the spec, or inferred when the job is prepared.
+inline bool takesInputShapes(const JobSpec& spec) { return spec.model.kind == "torchscript"; }
 // Kinds cut by layer ranges (stages[i].layers) that tile [0, model.layers).
 inline bool isLayered(const std::string& kind) {
   return kind == "gpt" || kind == "gpt2" || kind == "llama" || kind == "encoder" || kind == "classifier";
@@ -260,6 +265,10 @@ constexpr int64_t kMaxSampleElements = int64_t{1} << 24;  // of one sample's inp
 // Whether a per-sample shape is within bounds (1 to 8 dimensions, each at least 1, at most
 // kMaxSampleElements elements in all): "" if so, else what is wrong.
 std::string sampleShapeProblem(const std::vector<int64_t>& shape);
+// One sample's shape from JSON (a spec's input_shape, a prepare's, a prepare reply's
+// output_shape): an array of integers within those bounds. Throws skytrain::SpecError
+// naming `path`.
+std::vector<int64_t> parseSampleShape(const nlohmann::json& value, const std::string& path);
 
 // Parses and validates a job spec. Throws skytrain::SpecError naming the JSON path and the
 // bad value on: invalid JSON, size or depth over the caps, unknown keys, wrong types,

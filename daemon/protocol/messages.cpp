@@ -258,23 +258,6 @@ Request parseBody(const std::string& type, ObjectReader& r) {
                                         "stage.report, export, store)");
 }
 
-}  // namespace
-
-std::vector<int64_t> parseSampleShape(const json& value, const std::string& path) {
-  if (!value.is_array() || value.size() > 8) throw SpecError(path, "expected 1..8 dimensions, got " + describe(value));
-  std::vector<int64_t> shape;
-  for (const auto& d : value) {
-    if (!d.is_number_integer()) throw SpecError(path, "expected integer dimensions, got " + describe(value));
-    shape.push_back(d.get<int64_t>());
-  }
-  if (const std::string problem = sampleShapeProblem(shape); !problem.empty()) {
-    throw SpecError(path, describe(value) + ": " + problem);
-  }
-  return shape;
-}
-
-namespace {
-
 struct ToJson {
   json operator()(const Ping&) const { return {{"type", "ping"}}; }
   json operator()(const List&) const { return {{"type", "list"}}; }

@@ -139,11 +139,6 @@ struct Envelope {
   Request request;
 };
 
-// One sample's shape as a message carries it (a prepare's input_shape, a prepare reply's
-// output_shape): 1 to 8 positive integers, within job_spec.h's sampleShapeProblem bounds.
-// Throws skytrain::SpecError naming `path`.
-std::vector<int64_t> parseSampleShape(const nlohmann::json& value, const std::string& path);
-
 constexpr size_t kMaxEndpointLength = 256;
 constexpr size_t kMaxErrorLength = 4096;
 

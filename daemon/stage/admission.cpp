@@ -153,8 +153,11 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
   }
 }
 
-MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, double budgetBytes) {
-  const auto source = stages::makeModelSource(modelConfig(spec));
+MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, double budgetBytes,
+                                   const stages::ModelSource* given) {
+  std::unique_ptr<stages::ModelSource> made;
+  if (!given) made = stages::makeModelSource(modelConfig(spec));
+  const stages::ModelSource* source = given ? given : made.get();
   MemoryEstimate m;
   m.runtimeBytes = kRuntimeBytes;
   try {

@@ -8,6 +8,10 @@
 
 #include "daemon/protocol/job_spec.h"
 
+namespace skytrain::stages {
+class ModelSource;
+}  // namespace skytrain::stages
+
 namespace skytrain::daemon {
 
 // The daemon's own resident memory under a stage: LibTorch, OpenBLAS and oneDNN, ZeroMQ,
@@ -41,9 +45,11 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
 // directory), init_from files' headers and the data files' sizes. The activation stash,
 // which a TorchScript stage measures by running its module, is left 0 when the rest
 // already exceeds budgetBytes. Throws skytrain::Error naming a file that is not what it
-// claims (no ZIP directory, a bad safetensors header).
+// claims (no ZIP directory, a bad safetensors header). `source`: the spec's model source
+// when the caller has one (a TorchScript source keeps what it measured), else one is made.
 MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage,
-                                   double budgetBytes = std::numeric_limits<double>::infinity());
+                                   double budgetBytes = std::numeric_limits<double>::infinity(),
+                                   const stages::ModelSource* source = nullptr);
 
 // "768.0 MB (cgroup v1 memory.limit_in_bytes of ...)": a budget and where it came from.
 std::string describeBudget(double budgetBytes, const std::string& budgetSource);

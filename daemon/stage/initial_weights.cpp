@@ -83,7 +83,7 @@ nlohmann::json loadInitialWeights(stages::Stage& stage, const protocol::JobSpec&
     // What the header says, no more (admission counted that): a file grown since is refused.
     const uint64_t bytes = compression::readSafetensorsHeader(entry).fileBytes;
     stages::SafeTensors file = stages::decodeSafetensors(readFile(entry, std::min<uint64_t>(bytes, kMaxInitBytes)), entry);
-    withTiedCopies(file, protocol::tiedCopies(spec.model));
+    withTiedCopies(file, protocol::tiedCopies(spec.model, spec.stages.size()));
     const auto result = stages::initialiseFrom(stage, file, entry, namePrefix);
     report.push_back({{"file", entry}, {"loaded", result.loaded}, {"from_seed", result.fromSeed.size()}});
   }

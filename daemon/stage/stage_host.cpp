@@ -26,9 +26,8 @@ namespace {
 // A TorchScript stage after the first whose spec gives no input_shape takes the one its
 // coordinator inferred from the previous stage's output; no other stage takes one.
 void takeInputShape(protocol::JobSpec& spec, int stage, const std::vector<int64_t>& inferred, const std::string& what) {
-  if (stage >= static_cast<int>(spec.stages.size())) return;  // refused by the caller
   auto& own = spec.stages[stage].inputShape;
-  const bool wanted = spec.model.kind == "torchscript" && stage > 0 && own.empty();
+  const bool wanted = protocol::takesInputShapes(spec) && stage > 0 && own.empty();
   if (!wanted && !inferred.empty()) {
     throw Error(what + ": the prepare carries an input_shape, but " +
                 (own.empty() ? "only a TorchScript stage after the first takes one" : "the spec gives the stage's own"));
@@ -43,15 +42,15 @@ void takeInputShape(protocol::JobSpec& spec, int stage, const std::vector<int64_
 // What a TorchScript stage (not the last) sends on, when the spec leaves the next stage's
 // input_shape to be inferred: that stage's shape here too (its gradients come back in it),
 // and the coordinator's to pass on. Empty otherwise.
-std::vector<int64_t> inferOutputShape(protocol::JobSpec& spec, int stage) {
+std::vector<int64_t> inferOutputShape(protocol::JobSpec& spec, int stage, const stages::ModelSource& model) {
   const int next = stage + 1;
-  if (spec.model.kind != "torchscript" || next >= static_cast<int>(spec.stages.size()) ||
+  if (!protocol::takesInputShapes(spec) || next >= static_cast<int>(spec.stages.size()) ||
       !spec.stages[next].inputShape.empty()) {
     return {};
   }
   std::vector<int64_t> shape;
   try {
-    shape = stages::makeModelSource(modelConfig(spec))->sampleOutputShape(stage);
+    shape = model.sampleOutputShape(stage);
   } catch (const Error& e) {
     throw Error(std::string(protocol::kBadModel) + e.what());
   }
@@ -185,9 +184,12 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
                              (hostedStages > 0 ? ", less " + megabytes(hostedBytes) + " admitted for the " +
                                                      std::to_string(hostedStages) + " other stage(s) hosted here"
                                                : "");
-  const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage, budget);
+  // One model source for admission and the output's shape: a TorchScript stage's module
+  // runs once for both.
+  const auto model = stages::makeModelSource(modelConfig(a.spec));
+  const MemoryEstimate memory = estimateStageMemory(a.spec, a.stage, budget, model.get());
   checkMemory(memory, a.stage, budget, source);
-  const std::vector<int64_t> outputShape = inferOutputShape(a.spec, a.stage);
+  const std::vector<int64_t> outputShape = inferOutputShape(a.spec, a.stage, *model);
   a.memoryBudgetBytes = budget - memory.fixedBytes();
   a.admittedBytes = memory.totalBytes() - memory.runtimeBytes;
   // Copies after the first keep their checkpoints and final weights apart (two may share a

@@ -258,8 +258,8 @@ void StageWorker::run() {
     // What a restart would meet again is said so, for the coordinator not to retry it.
     if (dynamic_cast<const SpecError*>(&e)) {
       message = protocol::kBadSpec + message;
-    } else if (message.rfind("data: ", 0) == 0) {  // the data libraries' errors
-      message = protocol::kBadData + message.substr(6);
+    } else if (dynamic_cast<const DataError*>(&e)) {  // "data: ..." from the data sources
+      message = protocol::kBadData + message.substr(std::string("data: ").size());
     }
     spdlog::error("job {} {}: failed: {}", a.jobId, name, message);
     auto failed = simple(protocol::ReportKind::Failed, 0);

@@ -2,24 +2,18 @@
 
 #include <torch/torch.h>
 
-#include <filesystem>
 #include <map>
-#include <mutex>
 
-#include "compression/zip_directory.h"
 #include "scheduler/error.h"
-#include "stages/allocation_meter.h"
 #include "stages/models/electra.h"
 #include "stages/labelled_data.h"
 #include "stages/parallel_data.h"
 #include "stages/token_data.h"
-#include "stages/models/torchscript_stage.h"
+#include "stages/models/torchscript_source.h"
 #include "stages/models/translation.h"
 
 namespace skytrain::stages {
 namespace {
-
-std::string shapeText(at::IntArrayRef shape) { return c10::str(shape); }
 
 // The fields every data source's options share, from the job's data config (the files
 // aside: a pre-tokenised corpus takes them as sources).
@@ -170,148 +164,6 @@ class BertSource : public ModelSource {
   ModelConfig c_;
 };
 
-// One TorchScript file per stage. The first stage takes token ids [b, seq_len]; stage i > 0
-// takes float32 [b, input_shape...] as the spec declares; the last stage's output goes to
-// the loss. Each file is checked when its stage is built, on two zero samples.
-class TorchScriptSource : public ModelSource {
- public:
-  explicit TorchScriptSource(ModelConfig config) : c_(std::move(config)) {}
-
-  std::unique_ptr<Stage> build(int stage) const override {
-    const std::string& file = c_.stages.at(stage).module;
-    const bool last = stage + 1 == static_cast<int>(c_.stages.size());
-    const bool moduleLoss = last && c_.loss == "module";
-    auto built = loadTorchScriptStage(file, moduleLoss);
-    checkTied(*built, stage);
-    const auto input = inputShape(stage, 2);
-    const at::Tensor probe = stage == 0 ? torch::zeros(input, torch::kLong) : torch::zeros(input);
-    const std::string what = file + " (stage " + std::to_string(stage) + "): forward on " +
-                             (stage == 0 ? "token ids " : "float32 ") + shapeText(input);
-    at::Tensor output;
-    try {
-      output = built->infer(probe);
-    } catch (const std::exception& e) {
-      throw Error(what + " failed: " + firstLineOf(e));
-    }
-    if (output.scalar_type() != at::kFloat) {
-      throw Error(what + " returned " + std::string(c10::toString(output.scalar_type())) + ", expected float32");
-    }
-    if (!last) {
-      const auto next = inputShape(stage + 1, 2);
-      if (!output.sizes().equals(next)) {
-        throw Error(what + " returned " + shapeText(output.sizes()) + "; stage " + std::to_string(stage + 1) +
-                    " takes " + shapeText(next) + " (its input_shape)");
-      }
-    } else if (!moduleLoss) {
-      const std::vector<int64_t> logits{2, c_.gpt.seqLen, c_.gpt.vocabSize};
-      if (!output.sizes().equals(logits)) {
-        throw Error(what + " returned " + shapeText(output.sizes()) + "; the cross-entropy loss takes logits " +
-                    shapeText(logits) + " ([samples, seq_len, vocab_size])");
-      }
-    } else {
-      try {
-        torch::NoGradGuard noGrad;
-        const at::Tensor loss = built->loss(output, torch::zeros({2, c_.gpt.seqLen}, torch::kLong));
-        if (loss.numel() != 1) throw Error("returned shape " + shapeText(loss.sizes()) + ", not a scalar");
-      } catch (const std::exception& e) {
-        throw Error(file + " (stage " + std::to_string(stage) + "): loss(output, targets) failed: " + firstLineOf(e));
-      }
-    }
-    return built;
-  }
-  std::vector<int64_t> sampleOutputShape(int stage) const override {
-    const std::string& file = c_.stages.at(stage).module;
-    const auto input = inputShape(stage, 2);
-    const at::Tensor probe = stage == 0 ? torch::zeros(input, torch::kLong) : torch::zeros(input);
-    at::Tensor output;
-    try {
-      torch::NoGradGuard noGrad;
-      output = loadTorchScriptStage(file, false)->infer(probe);
-    } catch (const std::exception& e) {
-      throw Error(file + " (stage " + std::to_string(stage) + "): forward on " + (stage == 0 ? "token ids " : "float32 ") +
-                  shapeText(input) + " failed: " + firstLineOf(e));
-    }
-    if (output.dim() < 2 || output.size(0) != 2) {
-      throw Error(file + " (stage " + std::to_string(stage) + ") returned " + shapeText(output.sizes()) + " for " +
-                  shapeText(input) + ": not one row a sample");
-    }
-    return output.sizes().slice(1).vec();
-  }
-  std::vector<int64_t> inputShape(int stage, int64_t samples) const override {
-    if (stage == 0) return {samples, c_.gpt.seqLen};
-    std::vector<int64_t> shape{samples};
-    const auto& perSample = c_.stages.at(stage).inputShape;
-    shape.insert(shape.end(), perSample.begin(), perSample.end());
-    return shape;
-  }
-  double weightBytes(int stage) const override {
-    // What loading the archive allocates: its members at their inflated sizes, from its ZIP
-    // directory (a module's file size would count a zip bomb at 3 MB, not its 3 GiB).
-    // Throws WireError for a file that is not a ZIP archive, before anything loads it.
-    const std::string& file = c_.stages.at(stage).module;
-    std::error_code ec;
-    if (!std::filesystem::exists(file, ec)) return 0.0;  // build() names the missing file
-    try {
-      return static_cast<double>(compression::readZipDirectory(file).uncompressedBytes);
-    } catch (const Error& e) {
-      throw Error(file + " (stage " + std::to_string(stage) + "): not a loadable TorchScript module: " + e.what());
-    }
-  }
-  // Measured, not modelled (a module is code): what a training forward of a few zero samples
-  // leaves allocated for the backward, per sample (AllocationMeter). The first forward runs
-  // unmeasured: TorchScript's executor optimises the graph on it. 0 when the module cannot
-  // run here (build() says why). Once per stage.
-  double stashBytesPerSample(int stage) const override {
-    std::lock_guard<std::mutex> lock(stashMutex_);
-    if (const auto it = stash_.find(stage); it != stash_.end()) return it->second;
-    double bytes = 0;
-    try {
-      auto built = loadTorchScriptStage(c_.stages.at(stage).module, false);
-      const auto shape = inputShape(stage, kStashSamples);
-      const at::Tensor probe = stage == 0 ? torch::zeros(shape, torch::kLong) : torch::zeros(shape);
-      built->forward(1, probe);
-      AllocationMeter meter;
-      const at::Tensor output = built->forward(0, probe);
-      bytes = static_cast<double>(meter.liveBytes()) / kStashSamples;
-    } catch (const std::exception&) {
-      bytes = 0;
-    }
-    stash_[stage] = bytes;
-    return bytes;
-  }
-  std::vector<TiedPair> tied() const override {
-    std::vector<TiedPair> out;
-    const int last = static_cast<int>(c_.stages.size()) - 1;
-    for (const auto& [first, second] : c_.tied) {
-      if (last > 0) out.push_back({0, first, last, second});
-    }
-    return out;
-  }
-
- private:
-  static constexpr int64_t kStashSamples = 4;
-
-  // A tied name the stage should hold (model.tied) is in its module.
-  void checkTied(const Stage& built, int stage) const {
-    const int last = static_cast<int>(c_.stages.size()) - 1;
-    for (const auto& [first, second] : c_.tied) {
-      for (const auto& [holder, name] : {std::make_pair(0, first), std::make_pair(last, second)}) {
-        if (holder != stage) continue;
-        bool found = false;
-        for (const auto& [each, tensor] : built.namedParameters()) found = found || each == name;
-        if (!found) {
-          throw Error(c_.stages.at(stage).module + " (stage " + std::to_string(stage) + "): model.tied names \"" + name +
-                      "\", which is not a parameter of this module");
-        }
-      }
-    }
-  }
-
-  ModelConfig c_;
-  mutable std::mutex stashMutex_;
-  mutable std::map<int, double> stash_;  // measured, per stage
-};
-
 // ELECTRA: stages 0..n-2 are generators (bidirectional encoders with an MLM head, each
 // initialised from its own seed), stage n-1 the discriminator (an encoder with one logit a
 // token). The discriminator takes what the tokens codec carries: int64 [b, T, 2].
@@ -419,8 +271,7 @@ const std::map<std::string, Factory>& registry() {
       {"llama", [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<LlamaSource>(c); }},
       {"translation",
        [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<TranslationSource>(c); }},
-      {"torchscript",
-       [](const ModelConfig& c) -> std::unique_ptr<ModelSource> { return std::make_unique<TorchScriptSource>(c); }},
+      {"torchscript", makeTorchScriptSource},
   };
   return kinds;
 }

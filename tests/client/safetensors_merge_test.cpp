@@ -39,7 +39,7 @@ TEST_CASE("two stages' files merge into one with every tensor's bytes") {
                                   {"head.a", {{"dtype", "U8"}, {"shape", {2}}, {"data_offsets", {0, 2}}}}},
                                  "xy\x07\x08"));
   const std::string out = "/tmp/skytrain_merge_test_out.safetensors";
-  REQUIRE(mergeSafetensors({a, b}, out, {{"skytrain_job", "0123456789abcdef"}}) == 3);
+  REQUIRE(mergeSafetensors({a, b}, out, {{"skytrain_job", "0123456789abcdef"}}).tensors == 3);
   const std::string bytes = read(out);
   const auto h = skytrain::compression::parseSafetensorsHeader(bytes, bytes.size(), out);
   CHECK((8 + h.headerBytes) % 8 == 0);
@@ -87,7 +87,7 @@ TEST_CASE("an empty tensor at another's offset comes first in data order") {
   CHECK(h.tensors[2].name == "a");
 }
 
-TEST_CASE("a tied matrix two stages hold is written once, and two copies that differ are refused") {
+TEST_CASE("a tied matrix two stages hold is written once; two copies that differ are both written") {
   const std::string w("\x01\x00\x00\x00\x02\x00\x00\x00", 8);
   const nlohmann::json entry = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}};
   const auto first = write("tied_first", file({{"tok_emb.weight", entry}}, w));
@@ -96,7 +96,9 @@ TEST_CASE("a tied matrix two stages hold is written once, and two copies that di
                                             w + std::string("\x03\x00\x00\x00\x04\x00\x00\x00", 8)));
   const std::string out = "/tmp/skytrain_merge_test_tied.safetensors";
   const std::vector<std::pair<std::string, std::string>> tied{{"tok_emb.weight", "head.weight"}};
-  REQUIRE(mergeSafetensors({first, last}, out, {{"format", "pt"}}, tied) == 2);
+  const MergedFile merged = mergeSafetensors({first, last}, out, {{"format", "pt"}}, tied);
+  CHECK(merged.tensors == 2);
+  CHECK(merged.keptApart.empty());
   const std::string bytes = read(out);
   const auto h = skytrain::compression::parseSafetensorsHeader(bytes, bytes.size(), out);
   REQUIRE(h.tensors.size() == 2);
@@ -105,14 +107,19 @@ TEST_CASE("a tied matrix two stages hold is written once, and two copies that di
   CHECK(h.metadata.at("skytrain_tied") == "head.weight=tok_emb.weight");
   CHECK(bytes.substr(8 + h.headerBytes) == w + std::string("\x03\x00\x00\x00\x04\x00\x00\x00", 8));
   // Without the pair (an untied model), both are written.
-  REQUIRE(mergeSafetensors({first, last}, out, {}) == 3);
+  CHECK(mergeSafetensors({first, last}, out, {}).tensors == 3);
 
-  // A stage that sent another value for its copy: nothing is written.
+  // Copies that differ (one frozen by model.trainable while the other trained, or a stage
+  // that sent another value): both are written, each as itself, and named.
   const auto other = write("tied_other", file({{"head.weight", entry}}, std::string("\x01\x00\x00\x00\x09\x00\x00\x00", 8)));
-  std::remove(out.c_str());
-  CHECK_THROWS_WITH(mergeSafetensors({first, other}, out, {}, tied),
-                    Catch::Contains("tok_emb.weight") && Catch::Contains("head.weight") && Catch::Contains("different"));
-  CHECK_FALSE(std::ifstream(out).good());
   const auto wider = write("tied_wider", file({{"head.weight", {{"dtype", "F16"}, {"shape", {4}}, {"data_offsets", {0, 8}}}}}, w));
-  CHECK_THROWS_WITH(mergeSafetensors({first, wider}, out, {}, tied), Catch::Contains("different"));
+  for (const auto& differing : {other, wider}) {
+    const MergedFile apart = mergeSafetensors({first, differing}, out, {}, tied);
+    CHECK(apart.tensors == 2);
+    CHECK(apart.keptApart == std::vector<std::string>{"head.weight"});
+    const std::string kept = read(out);
+    const auto header = skytrain::compression::parseSafetensorsHeader(kept, kept.size(), out);
+    CHECK(header.metadata.count("skytrain_tied") == 0);
+    CHECK(kept.substr(8 + header.headerBytes) == w + read(differing).substr(read(differing).size() - 8));
+  }
 }

@@ -191,7 +191,7 @@ TEST_CASE("the tied pairs export writes once are the model source's own, for eve
       if (model["kind"] == "torchscript") {
         stage["module"] = "/m/" + std::to_string(i) + ".pt";
       } else {
-        stage["layers"] = {static_cast<int>(i) * 2, static_cast<int>(i) * 2 + 2};
+        stage["layers"] = {static_cast<int>(i * 4 / stages), static_cast<int>((i + 1) * 4 / stages)};
       }
       spec["stages"].push_back(stage);
     }
@@ -200,7 +200,7 @@ TEST_CASE("the tied pairs export writes once are the model source's own, for eve
     for (const auto& t : stages::makeModelSource(daemon::modelConfig(parsed))->tied()) {
       fromSource.emplace_back(t.firstName, t.secondName);
     }
-    CHECK(protocol::tiedCopies(parsed.model) == fromSource);
+    CHECK(protocol::tiedCopies(parsed.model, stages) == fromSource);
     return fromSource.size();
   };
   const json base = {{"vocab_size", 96}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 48}, {"seq_len", 16}};
@@ -210,15 +210,17 @@ TEST_CASE("the tied pairs export writes once are the model source's own, for eve
     return m;
   };
   CHECK(pairsOf(with({{"kind", "llama"}, {"tie_embeddings", true}}), 2) == 1);
+  CHECK(pairsOf(with({{"kind", "llama"}, {"tie_embeddings", true}}), 1) == 0);  // one stage: one matrix
   CHECK(pairsOf(with({{"kind", "llama"}}), 2) == 0);
   CHECK(pairsOf(with({{"kind", "gpt2"}}), 2) == 1);  // tied by default
   CHECK(pairsOf(with({{"kind", "gpt2"}, {"tie_embeddings", false}}), 2) == 0);
   CHECK(pairsOf(with({{"kind", "gpt"}}), 2) == 0);
   CHECK(pairsOf(with({{"kind", "encoder"}, {"layout", "bert"}}), 2) == 1);
   CHECK(pairsOf(with({{"kind", "encoder"}}), 2) == 0);
-  CHECK(pairsOf({{"kind", "torchscript"}, {"vocab_size", 256}, {"seq_len", 16},
-                 {"tied", json::array({json::array({"embed.weight", "head.weight"})})}},
-                3) == 1);
+  const json script = {{"kind", "torchscript"}, {"vocab_size", 256}, {"seq_len", 16},
+                      {"tied", json::array({json::array({"embed.weight", "head.weight"})})}};
+  CHECK(pairsOf(script, 3) == 1);
+  CHECK(pairsOf(script, 1) == 0);
 }
 
 TEST_CASE("a skytrain export holds a tied matrix once, and init_from starts both copies from it") {
@@ -242,7 +244,7 @@ TEST_CASE("a skytrain export holds a tied matrix once, and init_from starts both
   REQUIRE(before.count("head.weight"));
   REQUIRE(torch::equal(before.at("head.weight"), before.at("tok_emb.weight")));
   const std::string merged = (work / "model.safetensors").string();
-  client::mergeSafetensors(parts, merged, {{"format", "pt"}}, protocol::tiedCopies(spec.model));
+  client::mergeSafetensors(parts, merged, {{"format", "pt"}}, protocol::tiedCopies(spec.model, spec.stages.size()));
   const auto file = stages::decodeSafetensors(readAll(merged), merged);
   size_t heads = 0;
   for (const auto& [key, tensor] : file.tensors) heads += key == "head.weight";

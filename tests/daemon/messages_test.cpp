@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "daemon/protocol/control.h"
+#include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/messages.h"
 #include "scheduler/error.h"

@@ -138,8 +138,15 @@ TEST_CASE("with both generations damaged the job is rebuilt from job.json and it
   CHECK(read->checkpoints == std::vector<int64_t>{3, 8});  // indices: the directories are named by number
   CHECK(read->steps.size() == 2);
   // The counter went with the record: the next attempt is past every one the rows name, and
-  // past one that may have failed before its first step (it resumes as attempt 4).
+  // past one that may have failed before its first step (it resumes as attempt 4)...
   CHECK(read->attempt == 3);
+  // ...or past the one that began last, which <job>/attempt keeps apart from the record
+  // (attempts that failed leave no rows: beginAttempt drops them).
+  r.attempt = 7;
+  files.markAttempt(r);
+  CHECK(files.read(dir.string())->attempt == 7);  // it resumes as attempt 8
+  writeAll(dir / "attempt", "garbage");
+  CHECK(files.read(dir.string())->attempt == 3);
   // job.json damaged too: nothing is left to rebuild from, and the error says so.
   writeAll(dir / "job.json", "{}");
   CHECK_THROWS_WITH(files.read(dir.string()), Catch::Contains("job.json"));

@@ -113,6 +113,14 @@ TEST_CASE("a third daemon cannot take a running job's frames, abort it or re-pre
   const auto own = protocol::newJobIdentity(keys.get("tdc").publicKey);
   CHECK(errorOf(third, prepare(own.id, own.proof, 1, 1, spec, c.control(), keys.get("user").publicKey)) == "");
   CHECK(errorOf(third, {{"type", "stage.abort"}, {"job", own.id}, {"stage", 1}}) == "");
+  // An inferred input_shape is taken only by a TorchScript stage after the first whose spec
+  // gives none: on this gpt job's stage it is refused, and the daemon stays up.
+  const auto shaped = protocol::newJobIdentity(keys.get("tdc").publicKey);
+  Json withShape = prepare(shaped.id, shaped.proof, 1, 1, spec, c.control(), keys.get("user").publicKey);
+  withShape["input_shape"] = {16, 32};
+  CHECK_THAT(errorOf(third, withShape), Catch::Contains("only a TorchScript stage after the first takes one"));
+  withShape["input_shape"] = {1 << 20, 1 << 20};
+  CHECK_THAT(errorOf(third, withShape), Catch::Contains("$.input_shape"));
   const Json status = waitForEnd(user, job);
   INFO(status.dump());
   REQUIRE(status["state"] == "succeeded");

@@ -178,7 +178,10 @@ TEST_CASE("a TorchScript model cut in three trains across three daemons like one
   const bool inferred = GENERATE(false, true);
   CAPTURE(inferred);
   Json spec = specFor({a.control(), b.control(), c.control()}, "cut3", 2);
-  if (inferred) spec["stages"][1].erase("input_shape"), spec["stages"][2].erase("input_shape");
+  if (inferred) {
+    spec["stages"][1].erase("input_shape");
+    spec["stages"][2].erase("input_shape");
+  }
   const Json status = runJob(context, a.control(), spec);
   INFO(status.dump());
   checkMatches(status, trainWhole("cut3"), weightsOf({&a, &b, &c}, status));
