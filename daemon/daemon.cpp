@@ -168,6 +168,9 @@ std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
     }
   } catch (const SpecError& e) {
     reply = protocol::errorReply(e.what(), e.path());
+  } catch (const StageFreed& e) {
+    reply = protocol::errorReply(e.what());
+    reply["freed"] = e.why();
   } catch (const std::exception& e) {
     reply = protocol::errorReply(e.what());
   }

@@ -90,10 +90,10 @@ void HeartbeatMonitor::run() {
           } else if (reply->contains("killed")) {  // its sentinel, with the kernel's verdict
             declare(i, protocol::printable(reply->value("error", std::string("?")), 1024) +
                            (stages_[i].admission.empty() ? "" : "; " + stages_[i].admission));
-          } else {  // the daemon says why it freed the stage when it knows ("freed: ...")
+          } else {  // "freed": the daemon freed the stage, and says why; else it lost it
             const std::string error = protocol::printable(reply->value("error", std::string("?")), 1024);
             declare(i, "its daemon answered \"" + error + "\"" +
-                           (error.find("(freed:") == std::string::npos ? " (it restarted and lost the stage?)" : ""));
+                           (reply->contains("freed") ? "" : " (it restarted and lost the stage?)"));
           }
         }
       } catch (const std::exception& e) {

@@ -98,7 +98,8 @@ StageWorker& StageHost::find(const protocol::StageRef& ref, const std::string& c
   auto it = workers_.find({ref.job, ref.stage, ref.replica});
   if (it == workers_.end()) {
     const auto gone = freed_.find({ref.job, ref.stage, ref.replica});
-    throw Error(describe(ref) + " is not hosted here" + (gone != freed_.end() ? " (" + gone->second + ")" : ""));
+    if (gone != freed_.end()) throw StageFreed(describe(ref) + " is not hosted here (freed: " + gone->second + ")", gone->second);
+    throw Error(describe(ref) + " is not hosted here");
   }
   if (it->second->assignment().coordinatorKey != caller) {
     throw Refusal(describe(ref) + " takes requests only from its job's coordinator");
@@ -309,7 +310,7 @@ void StageHost::reap() {
                    protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)), why);
       // Kept for the coordinator's next request, which then says why (a bounded memory).
       if (freed_.size() >= kFreedKept) freed_.clear();
-      freed_[it->first] = std::string("freed: ") + why;
+      freed_[it->first] = why;
       it->second->abort();
       it->second->touch();  // warn once
     }

@@ -16,6 +16,7 @@
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/messages.h"
 #include "daemon/stage/stage_worker.h"
+#include "scheduler/error.h"
 
 namespace skytrain::daemon {
 
@@ -28,6 +29,17 @@ struct StageHostOptions {
   double prepareTimeoutS = 60;      // a prepared stage not started by then is freed
   protocol::KeyPair self;           // for the stage's own connections (empty when insecure)
   std::string privateAddress;       // where a replicated stage's Gloo connections bind ("": none)
+};
+
+// A request for a stage this daemon freed (its coordinator went silent): the reply carries
+// why, as "freed", for the coordinator to tell it from a daemon that lost the stage.
+class StageFreed : public Error {
+ public:
+  StageFreed(const std::string& message, std::string why) : Error(message), why_(std::move(why)) {}
+  const std::string& why() const { return why_; }
+
+ private:
+  std::string why_;
 };
 
 class StageHost {

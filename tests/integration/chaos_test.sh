@@ -42,8 +42,12 @@ if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] && [ "$(id -u)" = 0 ] && command -v ip > /
 fi
 daemon=$1 cli=$2 corpus=$3
 shift 3
+all_cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost disk partition replica resume)
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost disk partition replica resume)
+[ ${#cases[@]} -gt 0 ] || cases=("${all_cases[@]}")
+for c in "${cases[@]}"; do  # a misspelt case would otherwise run undisturbed and pass
+  [[ " ${all_cases[*]} " == *" $c "* ]] || { echo "chaos_test: unknown case \"$c\" (cases: ${all_cases[*]})" >&2; exit 2; }
+done
 if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] || ! command -v nft > /dev/null ||
    ! { nft add table inet chaos-probe && nft delete table inet chaos-probe; } 2> /dev/null; then
   echo "chaos_test: the partition case needs root and nftables in its own network namespace: skipped" >&2
@@ -276,6 +280,7 @@ PY
     story=$(status "$job")
     grep -q "stage 0 (.*) lost" <<< "$story" && fail "the stopped coordinator called its own stage lost"
     grep -q "freed: no heartbeat from the coordinator" <<< "$story" || fail "no event says why stage 1 was freed"
+    grep -q "restarted and lost the stage" <<< "$story" && fail "a freed stage was taken for one its daemon lost"
   fi
   if [ "$c" = record ] || [ "$c" = record-lost ]; then
     want="restored from the previous generation"; [ "$c" = record-lost ] && want="rebuilt from job.json"
