@@ -83,14 +83,12 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.attempt = attempt;
       prepare.resumeStep = fromStep;
       prepare.inputShape = inferInputShape(outputs, i, attempt);
-      const auto reply = clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout);
-      data[i] = reply.at("data_endpoint").get<std::string>();
-      if (const auto shape = reply.find("output_shape"); shape != reply.end()) {
-        outputs[i] = protocol::parseSampleShape(*shape, "its prepare reply's output_shape");
-      }
+      const auto reply =
+          protocol::parsePrepareReply(clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout));
+      data[i] = reply.dataEndpoint;
+      outputs[i] = reply.outputShape;
       admissions_.resize(slots());
-      const auto memory = reply.find("memory");
-      admissions_[i] = memory != reply.end() && memory->is_string() ? protocol::printable(memory->get<std::string>(), 1024) : "";
+      admissions_[i] = reply.memory;
     } catch (const PeerError& e) {
       throw PeerError(where + e.what());
     } catch (const std::exception& e) {

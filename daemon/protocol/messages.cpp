@@ -9,6 +9,7 @@
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
+#include "daemon/protocol/printable.h"
 #include "scheduler/error.h"
 
 namespace skytrain::protocol {
@@ -354,6 +355,26 @@ Envelope parseRequest(const json& message) {
 Envelope parseRequest(const void* data, size_t size) { return parseRequest(parseControlMessage(data, size)); }
 
 json toJson(const Request& request) { return std::visit(ToJson{}, request); }
+
+StagePrepareReply parsePrepareReply(const json& reply) {
+  try {
+    ObjectReader r(reply, "$");
+    StagePrepareReply m;
+    m.dataEndpoint = endpoint(r, "data_endpoint");
+    if (m.dataEndpoint.empty()) throw SpecError(r.pathOf("data_endpoint"), "must not be empty");
+    m.memory = printable(boundedString(r, "memory", std::string(), kMaxMemoryTextLength), 1024);
+    if (const json* shape = r.child("output_shape", false)) m.outputShape = parseSampleShape(*shape, r.pathOf("output_shape"));
+    return m;  // no finish(): a newer daemon's fields are ignored
+  } catch (const SpecError& e) {
+    throw WireError(std::string("prepare reply refused: ") + e.what());
+  }
+}
+
+json toJson(const StagePrepareReply& m) {
+  json j = {{"ok", true}, {"data_endpoint", m.dataEndpoint}, {"memory", m.memory}};
+  if (!m.outputShape.empty()) j["output_shape"] = m.outputShape;
+  return j;
+}
 
 std::string typeName(const Request& request) { return toJson(request).value("type", "?"); }
 

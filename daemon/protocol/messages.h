@@ -139,6 +139,19 @@ struct Envelope {
   Request request;
 };
 
+// A stage daemon's answer to stage.prepare. Fields this version does not know are ignored
+// (a newer daemon's).
+struct StagePrepareReply {
+  std::string dataEndpoint;          // where its neighbours send frames
+  std::string memory;                // what admission estimated, said again should the stage be killed for memory
+  std::vector<int64_t> outputShape;  // one sample of what it sends on, when the next stage's input_shape is inferred
+};
+constexpr size_t kMaxMemoryTextLength = 4096;
+// Checks every field (the endpoint's scheme and length, the text's length, the shape's
+// bounds). Throws skytrain::WireError naming the field.
+StagePrepareReply parsePrepareReply(const nlohmann::json& reply);
+nlohmann::json toJson(const StagePrepareReply& reply);  // with "ok": true
+
 constexpr size_t kMaxEndpointLength = 256;
 constexpr size_t kMaxErrorLength = 4096;
 

@@ -208,12 +208,12 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   workers_[key] = std::make_unique<StageWorker>(context_, std::move(a), std::move(mailbox));
   // The coordinator keeps this, to say what admission expected should the stage's daemon be
   // killed for memory (daemon/sentinel.h).
-  protocol::Json reply = {{"ok", true},
-                          {"data_endpoint", options_.dataEndpoint},
-                          {"memory", "admission estimated " + memory.describe() + " against a budget of " +
-                                         describeBudget(options_.memoryBudgetBytes, options_.memoryBudgetSource)}};
-  if (!outputShape.empty()) reply["output_shape"] = outputShape;  // the next stage's input_shape
-  return reply;
+  protocol::StagePrepareReply reply;
+  reply.dataEndpoint = options_.dataEndpoint;
+  reply.memory = "admission estimated " + memory.describe() + " against a budget of " +
+                 describeBudget(options_.memoryBudgetBytes, options_.memoryBudgetSource);
+  reply.outputShape = outputShape;  // the next stage's input_shape, when inferred
+  return protocol::toJson(reply);
 }
 
 protocol::Json StageHost::start(const protocol::StageStart& request, const std::string& caller) {

@@ -2,6 +2,8 @@
 // named; what toJson writes parses back to the same request.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/json_reader.h"
@@ -157,4 +159,42 @@ TEST_CASE("error text is valid UTF-8, even when a value is cut inside a characte
   CHECK(json(text).dump().size() > 0);  // throws on invalid UTF-8
   // Invalid UTF-8 in a message is replaced when it is written, never thrown.
   CHECK_NOTHROW(toText(json{{"error", std::string("bad \xc3")}}));
+}
+
+TEST_CASE("a prepare reply is checked field by field; a newer daemon's extra field is ignored") {
+  StagePrepareReply reply;
+  reply.dataEndpoint = "tcp://10.0.0.2:7101";
+  reply.memory = "admission estimated 317.2 MB";
+  reply.outputShape = {16, 32};
+  const json wire = toJson(reply);
+  const StagePrepareReply back = parsePrepareReply(wire);
+  CHECK(back.dataEndpoint == reply.dataEndpoint);
+  CHECK(back.memory == reply.memory);
+  CHECK(back.outputShape == reply.outputShape);
+  json newer = wire;
+  newer["gpu_count"] = 8;
+  CHECK(parsePrepareReply(newer).dataEndpoint == reply.dataEndpoint);
+  json bare = wire;
+  bare.erase("output_shape");
+  bare.erase("memory");
+  CHECK(parsePrepareReply(bare).outputShape.empty());
+
+  auto refused = [&](const std::function<void(json&)>& edit) {
+    json bad = wire;
+    edit(bad);
+    try {
+      parsePrepareReply(bad);
+    } catch (const WireError& e) {
+      return std::string(e.what());
+    }
+    FAIL("accepted: " << bad.dump());
+    return std::string();
+  };
+  CHECK_THAT(refused([](json& j) { j.erase("data_endpoint"); }), Catch::Contains("$.data_endpoint"));
+  CHECK_THAT(refused([](json& j) { j["data_endpoint"] = "http://x"; }), Catch::Contains("$.data_endpoint"));
+  CHECK_THAT(refused([](json& j) { j["data_endpoint"] = ""; }), Catch::Contains("$.data_endpoint"));
+  CHECK_THAT(refused([](json& j) { j["data_endpoint"] = 7; }), Catch::Contains("$.data_endpoint"));
+  CHECK_THAT(refused([](json& j) { j["memory"] = std::string(5000, 'm'); }), Catch::Contains("$.memory"));
+  CHECK_THAT(refused([](json& j) { j["output_shape"] = {1 << 20, 1 << 20}; }), Catch::Contains("$.output_shape"));
+  CHECK_THAT(refused([](json& j) { j["output_shape"] = "16x32"; }), Catch::Contains("$.output_shape"));
 }
