@@ -98,8 +98,7 @@ class TorchScriptSource : public ModelSource {
     double bytes = 0;
     try {
       auto built = loadTorchScriptStage(c_.stages.at(stage).module, false);
-      const auto shape = inputShape(stage, kStashSamples);
-      const at::Tensor input = stage == 0 ? torch::zeros(shape, torch::kLong) : torch::zeros(shape);
+      const at::Tensor input = zeroInput(stage, kStashSamples);
       built->forward(1, input);
       AllocationMeter meter;
       const at::Tensor output = built->forward(0, input);
@@ -128,11 +127,15 @@ class TorchScriptSource : public ModelSource {
     return c_.stages.at(stage).module + " (stage " + std::to_string(stage) + "): forward on " +
            (stage == 0 ? "token ids " : "float32 ") + shapeText(inputShape(stage, kProbeSamples));
   }
+  // `samples` zero samples of what the stage takes: token ids on the first, else float32.
+  at::Tensor zeroInput(int stage, int64_t samples) const {
+    const auto shape = inputShape(stage, samples);
+    return stage == 0 ? torch::zeros(shape, torch::kLong) : torch::zeros(shape);
+  }
   // The module's output on kProbeSamples zero samples of its input.
   at::Tensor probe(Stage& built, int stage) const {
-    const auto shape = inputShape(stage, kProbeSamples);
     try {
-      return built.infer(stage == 0 ? torch::zeros(shape, torch::kLong) : torch::zeros(shape));
+      return built.infer(zeroInput(stage, kProbeSamples));
     } catch (const std::exception& e) {
       throw Error(probeText(stage) + " failed: " + firstLineOf(e));
     }
