@@ -1,7 +1,10 @@
 // The model part of a job spec (daemon/protocol/model_spec_parser.h): presets, the
-// families' own fields and refusals.
+// families' own fields and refusals, and the stage layouts of the kinds not cut by layers
+// (torchscript modules, a translation's encoder and decoder).
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+
+#include <functional>
 
 #include "daemon/protocol/job_spec.h"
 #include "tests/daemon/spec_test_helpers.h"
@@ -104,4 +107,68 @@ TEST_CASE("recompute: none by default, block for the zoo's decoder blocks") {
   const auto [path, message] = refusal(spec);
   CHECK(path == "$.model.recompute");
   CHECK_THAT(message, Catch::Contains("the bert layout"));
+}
+
+TEST_CASE("torchscript specs: a module per stage, input shapes after the first, no layer ranges") {
+  json s = validSpec();
+  s["model"] = {{"kind", "torchscript"}, {"vocab_size", 256}, {"seq_len", 16}, {"loss", "module"}};
+  s["stages"] = {{{"daemon", "tcp://127.0.0.1:7100"}, {"module", "/m/a.pt"}},
+                 {{"daemon", "tcp://127.0.0.1:7110"}, {"module", "/m/b.pt"}, {"input_shape", {16, 32}}}};
+  const auto spec = parseJobSpec(s.dump());
+  CHECK(spec.model.kind == "torchscript");
+  CHECK(spec.model.loss == "module");
+  CHECK(spec.stages[1].module == "/m/b.pt");
+  CHECK(spec.stages[1].inputShape == std::vector<int64_t>{16, 32});
+  json inferred = s;  // left out: the coordinator infers it from stage 0's output when preparing
+  inferred["stages"][1].erase("input_shape");
+  CHECK(parseJobSpec(inferred.dump()).stages[1].inputShape.empty());
+
+  auto refused = [&](const std::function<void(json&)>& edit, const std::string& path, const std::string& words) {
+    json bad = s;
+    edit(bad);
+    const auto [where, message] = refusal(bad);
+    CHECK(where == path);
+    CHECK(message.find(words) != std::string::npos);
+  };
+  refused([](json& j) { j["model"]["kind"] = "bert"; }, "$.model.kind", "valid: classifier, electra, encoder, gpt, gpt2, llama, torchscript, translation");
+  refused([](json& j) { j["stages"][1].erase("module"); }, "$.stages[1].module", "missing");
+  refused([](json& j) { j["stages"][0]["input_shape"] = {16}; }, "$.stages[0].input_shape", "token ids");
+  refused([](json& j) { j["stages"][1]["layers"] = {0, 2}; }, "$.stages[1].layers", "TorchScript stage");
+  refused([](json& j) { j["stages"][1]["input_shape"] = {16, 0}; }, "$.stages[1].input_shape", "[1, ");
+  refused([](json& j) { j["stages"][1]["input_shape"] = {1 << 13, 1 << 13}; }, "$.stages[1].input_shape", "elements");
+  refused([](json& j) { j["stages"][1]["input_shape"] = "16x32"; }, "$.stages[1].input_shape", "dimensions");
+  refused([](json& j) { j["model"]["loss"] = "mse"; }, "$.model.loss", "unknown loss");
+
+  json gpt = validSpec();
+  gpt["stages"][1]["module"] = "/m/b.pt";
+  CHECK(refusal(gpt).first == "$.stages[1].module");
+  gpt = validSpec();
+  gpt["model"]["loss"] = "module";
+  CHECK(refusal(gpt).second.find("module needs kind torchscript") != std::string::npos);
+}
+
+TEST_CASE("translation specs: two stages, each with its own init_from; adapters and decoder layers") {
+  json s = validSpec();
+  s["model"] = {{"kind", "translation"}, {"vocab_size", 259}, {"seq_len", 16}, {"adapter", 8}, {"decoder_layers", 3},
+                {"trainable", {"*adapter*"}}};
+  s["stages"] = {{{"daemon", "tcp://127.0.0.1:7100"}, {"init_from", "/m/encoder.safetensors"}},
+                 {{"daemon", "tcp://127.0.0.1:7110"}, {"init_from", {"/m/decoder.safetensors"}}}};
+  const auto spec = parseJobSpec(s.dump());
+  CHECK(spec.model.adapter == 8);
+  CHECK(spec.model.decoderLayers == 3);
+  CHECK(spec.stages[0].initFrom == std::vector<std::string>{"/m/encoder.safetensors"});
+  CHECK(spec.stages[1].initFrom == std::vector<std::string>{"/m/decoder.safetensors"});
+
+  json three = s;
+  three["stages"].push_back(three["stages"][1]);
+  CHECK(refusal(three).first == "$.stages");
+  json ranged = s;
+  ranged["stages"][0]["layers"] = {0, 2};
+  CHECK(refusal(ranged).second.find("whole encoder or decoder") != std::string::npos);
+  json badInit = s;
+  badInit["stages"][1]["init_from"] = 7;
+  CHECK(refusal(badInit).first == "$.stages[1].init_from");
+  json badAdapter = s;
+  badAdapter["model"]["adapter"] = -1;
+  CHECK(refusal(badAdapter).first == "$.model.adapter");
 }
