@@ -1,8 +1,10 @@
 #include "stages/allocation_meter.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -25,7 +27,12 @@ class CountingAllocator : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 
+  // LibTorch 2.3 made Allocator::allocate non-const.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override {
+#else
   c10::DataPtr allocate(size_t n) const override {
+#endif
     c10::DataPtr inner = base_->allocate(n);
     const auto& meter = meterOfThread;
     if (!meter || n == 0 || inner.get() != inner.get_context() || !base_->raw_deleter()) return inner;
@@ -38,6 +45,11 @@ class CountingAllocator : public c10::Allocator {
     return {data, data, &countedFree, inner.device()};
   }
   c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  // Pure virtual in LibTorch 2.x (Allocator::clone copies through it); 1.13 has none, so
+  // no `override`. CPU memory: a plain copy, as the default allocator's.
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    if (count > 0) std::memcpy(dest, src, count);
+  }
 
   static void countedFree(void* data) {
     CountingAllocator& self = instance();

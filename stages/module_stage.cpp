@@ -80,7 +80,7 @@ at::Tensor ModuleStage::forward(int microBatch, const at::Tensor& input) {
     x = entry.input;
   }
   {
-    AutocastScope precision(bf16_);
+    AutocastScope precision(autocast_);
     if (split_) {
       entry.weights = std::make_unique<WeightGradients>();
       SplitForwardScope scope(*entry.weights);
@@ -105,7 +105,7 @@ at::Tensor ModuleStage::backward(int microBatch, const at::Tensor& gradOutput) {
                 c10::str(entry.output.sizes()));
   }
   if (!entry.output.requires_grad()) return at::Tensor();  // nothing before it trains
-  torch::autograd::backward({entry.output}, {gradOutput.to(entry.output.scalar_type())});
+  torch::autograd::backward({entry.output}, {gradOutput.to(entry.output.device(), entry.output.scalar_type())});
   if (entry.weights) pendingWeights_.emplace(microBatch, std::move(entry.weights));
   return entry.input.defined() ? entry.input.grad() : at::Tensor();
 }
@@ -120,7 +120,7 @@ void ModuleStage::backwardWeights(int microBatch) {
 at::Tensor ModuleStage::infer(const at::Tensor& input) {
   torch::NoGradGuard noGrad;
   hooks_.train(false);
-  AutocastScope precision(bf16_);
+  AutocastScope precision(autocast_);
   at::Tensor out = fp32(hooks_.forward(input));
   hooks_.train(true);
   return out;

@@ -51,8 +51,8 @@ class ModuleStage : public Stage {
     return true;
   }
   void backwardWeights(int microBatch) override;
-  bool setBf16(bool on) override {
-    bf16_ = on;
+  bool setAutocast(Autocast type) override {
+    autocast_ = type;
     return true;
   }
   void setTargets(const at::Tensor& targets) override;
@@ -68,7 +68,7 @@ class ModuleStage : public Stage {
   ModuleHooks hooks_;
   std::map<int, Stashed> stash_;
   bool split_ = false;
-  bool bf16_ = false;
+  Autocast autocast_ = Autocast::Off;
   std::map<int, std::unique_ptr<WeightGradients>> pendingWeights_;  // backward done, W not yet
 };
 

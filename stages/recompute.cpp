@@ -29,7 +29,7 @@ struct Recompute : torch::autograd::Function<Recompute> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t block, bool replayRng) {
     ctx->saved_data["block"] = block;
     ctx->saved_data["sink"] = SplitForwardScope::current();
-    ctx->saved_data["bf16"] = AutocastScope::active();
+    ctx->saved_data["autocast"] = static_cast<int64_t>(AutocastScope::current());
     if (replayRng) ctx->saved_data["rng"] = cpuRngState();
     ctx->save_for_backward({x});
     torch::NoGradGuard noGrad;
@@ -43,7 +43,7 @@ struct Recompute : torch::autograd::Function<Recompute> {
     {
       torch::AutoGradMode grad(true);
       SplitForwardScope sink(ctx->saved_data["sink"].toInt());
-      AutocastScope precision(ctx->saved_data["bf16"].toBool());
+      AutocastScope precision(static_cast<Autocast>(ctx->saved_data["autocast"].toInt()));
       if (ctx->saved_data.count("rng")) {
         // The replay draws what the first run drew; the stream then goes on where it was.
         const at::Tensor now = cpuRngState();

@@ -134,9 +134,11 @@ SplitForwardScope::~SplitForwardScope() { tForwardSink = previous_; }
 int64_t SplitForwardScope::current() { return tForwardSink; }
 
 at::Tensor linear(torch::nn::LinearImpl& layer, const at::Tensor& x) {
-  // Under bf16 autocast the product goes through autocast's own casts, undeferred: the
-  // deferred function would see fp32 weights against a bf16 gradient.
-  if (tForwardSink == 0 || !torch::GradMode::is_enabled() || AutocastScope::active()) return layer.forward(x);
+  // Under autocast the product goes through autocast's own casts, undeferred: the deferred
+  // function would see fp32 weights against a 16-bit gradient.
+  if (tForwardSink == 0 || !torch::GradMode::is_enabled() || AutocastScope::current() != Autocast::Off) {
+    return layer.forward(x);
+  }
   if (!layer.bias.defined()) return DeferredLinearNoBias::apply(x, layer.weight, tForwardSink);
   return DeferredLinear::apply(x, layer.weight, layer.bias, tForwardSink);
 }

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "stages/precision.h"
+
 namespace skytrain::stages {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
@@ -42,9 +44,9 @@ class Stage {
   // optimizer step; the input gradient and every other parameter's are computed at once.
   // Returns whether this stage can split (false: backward computes everything).
   virtual bool setSplitBackward(bool on) { return false; }
-  // bf16 mixed precision (stages/precision.h): forward and infer under autocast, the output
-  // back in fp32. Returns whether this stage can (false: it computes in fp32).
-  virtual bool setBf16(bool on) { return false; }
+  // Mixed precision (stages/precision.h): forward and infer under autocast to bf16 or fp16,
+  // the output back in fp32. Returns whether this stage can (false: it computes in fp32).
+  virtual bool setAutocast(Autocast type) { return false; }
   virtual void backwardWeights(int microBatch) {}
 
   // The targets of the micro-batch the next forward() or infer() runs, for a last stage

@@ -1,10 +1,13 @@
 #include "daemon/net/replica_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#ifdef SKYTRAIN_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#ifdef USE_C10D_NCCL
+#endif
+#ifdef SKYTRAIN_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+#include <torch/version.h>
 
 #include <map>
 #include <mutex>
@@ -20,12 +23,20 @@ namespace {
 
 constexpr std::chrono::milliseconds kStoreRequestTimeout{10000};
 
+// LibTorch 2.0 made Gloo and NCCL c10d::Backends, which a c10d::ProcessGroup dispatches to;
+// in 1.13 they are ProcessGroups themselves. Both have the allreduce and broadcast used here.
+#if TORCH_VERSION_MAJOR >= 2
+using Collectives = c10d::Backend;
+#else
+using Collectives = c10d::ProcessGroup;
+#endif
+
 // A c10d::Store whose keys live at the job's coordinator (its RendezvousStore),
 // reached over this stage's authenticated control connection. wait() polls check().
 class ControlStore : public c10d::Store {
  public:
   ControlStore(zmq::context_t& context, const ReplicaGroupOptions& o, std::chrono::milliseconds timeout)
-      : c10d::Store(timeout), client_(context, o.coordinator, o.security) {
+      : c10d::Store(timeout), context_(context), options_(o), client_(context, o.coordinator, o.security) {
     ref_.job = o.job;
     ref_.stage = o.stage;
     ref_.replica = o.replica;
@@ -52,6 +63,11 @@ class ControlStore : public c10d::Store {
   bool deleteKey(const std::string& key) override { return send(request("delete", {key})).at("deleted").get<bool>(); }
   bool check(const std::vector<std::string>& keys) override { return send(request("check", keys)).at("present").get<bool>(); }
   int64_t getNumKeys() override { return send(request("count", {})).at("count").get<int64_t>(); }
+  // LibTorch 2.x's Store::clone() (pure virtual there, absent in 1.13, hence no `override`):
+  // a store for another thread that reaches the same keys, through its own connection.
+  c10::intrusive_ptr<c10d::Store> clone() {
+    return c10::make_intrusive<ControlStore>(context_, options_, timeout_);
+  }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     const auto deadline = Clock::now() + timeout;
@@ -79,6 +95,8 @@ class ControlStore : public c10d::Store {
     return client_.request(protocol::toJson(m), kStoreRequestTimeout);
   }
 
+  zmq::context_t& context_;
+  ReplicaGroupOptions options_;  // what clone() connects with
   std::function<bool()> aborted_;
   std::mutex mutex_;  // c10d may call from its own threads; one request at a time
   protocol::ControlClient client_;
@@ -88,7 +106,7 @@ class ControlStore : public c10d::Store {
 }  // namespace
 
 struct ReplicaGroup::Impl {
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<Collectives> group;
   std::string backend;
   // One flat bucket a dtype and device, kept from step to step (a stage's gradients keep
   // their sizes): the all-reduce allocates nothing after the first step.
@@ -102,7 +120,7 @@ ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o
   const bool cuda = o.device.rfind("cuda", 0) == 0;
   try {
     if (cuda) {
-#ifdef USE_C10D_NCCL
+#ifdef SKYTRAIN_NCCL
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = timeout;
       impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.replica, o.replicas, options);
@@ -112,11 +130,16 @@ ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o
                   ": this LibTorch has no NCCL (c10d's GPU backend); build against a CUDA LibTorch");
 #endif
     } else {
+#ifdef SKYTRAIN_GLOO
       auto options = c10d::ProcessGroupGloo::Options::create();
       options->timeout = timeout;
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.privateAddress));
       impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.replica, o.replicas, options);
       impl_->backend = "gloo";
+#else
+      throw Error("stage " + std::to_string(o.stage) + " on " + o.device +
+                  ": this LibTorch was built without Gloo's headers (c10d's CPU backend; a pip wheel ships none)");
+#endif
     }
   } catch (const Error&) {
     throw;

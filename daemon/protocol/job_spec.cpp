@@ -60,6 +60,27 @@ DataSpec parseData(ObjectReader r) {
   return d;
 }
 
+LossScaleSpec parseLossScale(const json& j, const std::string& path) {
+  LossScaleSpec s;
+  if (j.is_string() && (j == "none" || j == "dynamic")) {
+    s.dynamic = j == "dynamic";
+    return s;
+  }
+  if (!j.is_object()) {
+    throw SpecError(path, "expected \"none\", \"dynamic\" or {\"init\": 2^k, \"growth_interval\": n}, got " + describe(j));
+  }
+  ObjectReader r(j, path);
+  s.dynamic = true;
+  s.init = r.number("init", s.init, 1.0, std::ldexp(1.0, 127));
+  // A power of two, so scaling and unscaling change no digit of any gradient.
+  if (int exponent = 0; std::frexp(s.init, &exponent) != 0.5) {
+    throw SpecError(r.pathOf("init"), "must be a power of two (2^0 .. 2^127), got " + describe(json(s.init)));
+  }
+  s.growthInterval = static_cast<int>(r.integer("growth_interval", s.growthInterval, 1, 1000000));
+  r.finish();
+  return s;
+}
+
 OptimizerSpec parseOptimizer(ObjectReader r, int steps) {
   OptimizerSpec o;
   const std::string kind = r.string("kind", "adamw");
@@ -88,6 +109,7 @@ OptimizerSpec parseOptimizer(ObjectReader r, int steps) {
   if (o.onNonfinite != "fail" && o.onNonfinite != "skip") {
     throw SpecError(r.pathOf("on_nonfinite"), "\"" + o.onNonfinite + "\" is not fail or skip");
   }
+  if (const json* s = r.child("loss_scale", false)) o.lossScale = parseLossScale(*s, r.pathOf("loss_scale"));
   r.finish();
   return o;
 }
@@ -188,6 +210,31 @@ StageSpec parseStage(ObjectReader r, int modelLayers) {
   return s;
 }
 
+// fp16 autocast runs on CUDA devices only (LibTorch's CPU autocast is bf16); dynamic loss
+// scaling needs every stage to agree on a step's skip before the next step's loss is taken.
+void checkLossScaling(const JobSpec& spec) {
+  if (spec.precision == "fp16") {
+    for (size_t i = 0; i < spec.stages.size(); ++i) {
+      std::vector<std::string> devices{spec.stages[i].device};
+      for (const auto& copy : spec.stages[i].replicas) devices.push_back(copy.device);
+      for (const auto& device : devices) {
+        if (device.rfind("cuda", 0) != 0) {
+          throw SpecError("$.precision", "fp16 computes on CUDA devices only, and stage " + std::to_string(i) +
+                                             " has a copy on " + device + " (use bf16 on CPUs)");
+        }
+      }
+    }
+  }
+  if (!spec.optimizer.lossScale.dynamic) return;
+  if (spec.update != "sync") {
+    throw SpecError("$.optimizer.loss_scale", "dynamic loss scaling with the delayed update is not built: a step's "
+                                              "loss is taken before the previous step's overflow is known (use update \"sync\")");
+  }
+  if (isFanIn(spec)) {
+    throw SpecError("$.optimizer.loss_scale", "dynamic loss scaling is not built for a fan-in (" + spec.model.kind + ")");
+  }
+}
+
 }  // namespace
 
 int defaultWarmupSteps(int steps) { return std::min(2000, steps / 20); }
@@ -256,11 +303,8 @@ JobSpec parseJobSpec(const std::string& text) {
     throw SpecError("$.schedule", "unknown schedule \"" + spec.schedule + "\" (valid: gpipe, 1f1b, 1f1b-delay, zb-h1, auto)");
   }
   spec.precision = r.string("precision", spec.precision);
-  if (spec.precision == "fp16") {
-    throw SpecError("$.precision", "fp16 needs dynamic loss scaling, which is not built yet: use bf16");
-  }
-  if (spec.precision != "fp32" && spec.precision != "bf16") {
-    throw SpecError("$.precision", "unknown precision \"" + spec.precision + "\" (valid: fp32, bf16)");
+  if (spec.precision != "fp32" && spec.precision != "bf16" && spec.precision != "fp16") {
+    throw SpecError("$.precision", "unknown precision \"" + spec.precision + "\" (valid: fp32, bf16, fp16)");
   }
   spec.update = r.string("update", spec.update);
   if (spec.update != "sync" && spec.update != "delayed") {
@@ -275,18 +319,22 @@ JobSpec parseJobSpec(const std::string& text) {
   spec.peerTimeoutS = r.number("peer_timeout_s", spec.peerTimeoutS, 0.1, 86400);
   spec.model = parseModelSpec(ObjectReader(*r.child("model", true), "$.model"));
   spec.data = parseData(ObjectReader(*r.child("data", true), "$.data"));
-  if (const json* o = r.child("optimizer", false)) {
-    spec.optimizer = parseOptimizer(ObjectReader(*o, "$.optimizer"), spec.steps);
+  const json* optimizer = r.child("optimizer", false);
+  if (optimizer) {
+    spec.optimizer = parseOptimizer(ObjectReader(*optimizer, "$.optimizer"), spec.steps);
   } else {
     spec.optimizer.warmupSteps = defaultWarmupSteps(spec.steps);
+  }
+  if (spec.precision == "fp16" && !(optimizer && optimizer->is_object() && optimizer->contains("loss_scale"))) {
+    spec.optimizer.lossScale.dynamic = true;  // fp16 gradients underflow without it
   }
   if (spec.update == "delayed" && spec.optimizer.zero > 0) {
     throw SpecError("$.optimizer.zero", "ZeRO-1 with the delayed update is not built (use update \"sync\")");
   }
   if (const json* c = r.child("compression", false)) {
     spec.compression = parseCompression(ObjectReader(*c, "$.compression"));
-  } else if (spec.precision == "bf16" && spec.model.kind != "electra") {
-    spec.compression.forward = spec.compression.backward = "bf16";  // what the stages compute in
+  } else if (spec.precision != "fp32" && spec.model.kind != "electra") {
+    spec.compression.forward = spec.compression.backward = spec.precision;  // what the stages compute in
   }
   if (const json* e = r.child("eval", false)) spec.eval = parseEval(ObjectReader(*e, "$.eval"));
   if (const json* c = r.child("checkpoint", false)) spec.checkpoint = parseCheckpoint(ObjectReader(*c, "$.checkpoint"));
@@ -335,6 +383,7 @@ JobSpec parseJobSpec(const std::string& text) {
     throw SpecError("$.update", "tied embeddings across stages sum their gradients every step: only \"sync\" "
                                 "(or model.tie_embeddings false)");
   }
+  checkLossScaling(spec);
   spec.maxStaleness = static_cast<int>(r.integer("max_staleness", spec.maxStaleness, 0, 1000));
   if (spec.model.kind == "electra") {
     // Generators send token IDs: the tokens codec (alone or under zstd), by default alone.

@@ -123,6 +123,17 @@ struct DataSpec {
   double validationFraction = 0.05;
 };
 
+// Dynamic loss scaling (daemon/stage/loss_scaler.h), as torch.amp.GradScaler: the last stage
+// multiplies the loss by `scale`, a power of two, so 16-bit gradients do not underflow; every
+// stage divides its gradients by it before the checks, which is exact. A step whose gradients
+// overflow anywhere is skipped by every stage and the scale halved; after `growthInterval`
+// good steps in a row it doubles. An overflow at scale 1 goes to on_nonfinite.
+struct LossScaleSpec {
+  bool dynamic = false;
+  double init = 65536;  // 2^16
+  int growthInterval = 2000;
+};
+
 struct OptimizerSpec {
   double lr = 3e-4;  // peak learning rate
   double beta1 = 0.9;
@@ -149,6 +160,8 @@ struct OptimizerSpec {
   // own 1/R of the parameters, updates them, and sends them to the other copies over c10d;
   // the update is the unsharded one to the bit. 0: every copy keeps and updates it all.
   int zero = 0;
+  // On by default under precision "fp16", off otherwise.
+  LossScaleSpec lossScale;
 };
 
 // The warm-up a job of `steps` steps gets when its spec names none: 5% of the steps, at most
@@ -215,8 +228,9 @@ struct JobSpec {
   std::string schedule = "auto";  // "gpipe", "1f1b", "1f1b-delay", "zb-h1" or "auto"
   // "sync": every step's update before the next step (the same update as one process).
   // "delayed": the one-step-delayed update (scheduler/schedule.h), steps overlap; 1F1B only.
-  // "fp32", or "bf16": every stage's forward under autocast (matrix products in bf16), with
-  // fp32 weights, gradients and AdamW state; links then default to the bf16 codec.
+  // "fp32", "bf16" or "fp16": every stage's forward under autocast (matrix products in the
+  // 16-bit type), with fp32 weights, gradients and AdamW state; links then default to that
+  // type's codec. fp16 only on CUDA devices, with dynamic loss scaling unless the spec says.
   std::string precision = "fp32";
   std::string update = "sync";
   ModelSpec model;

@@ -170,7 +170,7 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, dou
   m.optimizerBytes = m.weightBytes + 2 * m.weightBytes / (spec.optimizer.zero > 0 ? copies : 1);
   // What a step allocates and frees again, at its peak: AdamW's two temporaries of the
   // largest parameter; a tied matrix's gradient frames (sent, received, decoded); under
-  // bf16 each in-flight micro-batch's casts of the weights (half their bytes), kept for its
+  // bf16 or fp16 each in-flight micro-batch's casts of the weights (half their bytes), kept for its
   // backward — one block's only under recompute. The largest parameter is the vocabulary
   // table on an end stage, else a block's widest matrix; never more than the weights.
   const auto& model = spec.model;
@@ -182,7 +182,7 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, dou
   for (const auto& pair : source->tied()) {
     if (pair.firstStage == stage || pair.secondStage == stage) m.transientBytes += 3 * largest;
   }
-  if (spec.precision == "bf16") {
+  if (spec.precision != "fp32") {
     const int inFlight = model.recompute == "block" ? 1 : std::max(1, stages - stage);
     m.transientBytes += 0.5 * m.weightBytes * inFlight;
   }

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 
 #include "daemon/net/replica_group.h"
@@ -15,7 +17,7 @@ namespace skytrain::daemon {
 using compression::FrameDirection;
 
 GradientPipeline::GradientPipeline(const StageContext& context, StepCounters& counters, StageLinks& links, bool ownNorm)
-    : context_(context), counters_(counters), links_(links), ownNorm_(ownNorm) {}
+    : context_(context), counters_(counters), links_(links), ownNorm_(ownNorm), scaler_(context.spec.optimizer.lossScale) {}
 
 GradientPipeline::~GradientPipeline() = default;
 
@@ -31,7 +33,7 @@ NamedGradients GradientPipeline::gradients(const stages::Stage& stage) {
 
 bool GradientPipeline::needsTotal() const {
   const auto& o = context_.spec.optimizer;
-  return o.clipNorm > 0 || o.onNonfinite != "fail";
+  return o.clipNorm > 0 || o.onNonfinite != "fail" || scaler_.enabled();
 }
 
 void GradientPipeline::average(const NamedGradients& named) {
@@ -95,6 +97,10 @@ bool GradientPipeline::finish(uint64_t step, const stages::Stage& model) {
   const NamedGradients named = gradients(model);
   average(named);
   sumTied(step, model);
+  {
+    Timed timed(counters_.computeSeconds);
+    scaler_.unscale(named);
+  }
   if (!needsTotal()) {
     Timed timed(counters_.computeSeconds);
     failIfNonFinite(named, step);
@@ -113,10 +119,23 @@ bool GradientPipeline::finish(uint64_t step, const stages::Stage& model) {
   return check(pending, named);
 }
 
-bool GradientPipeline::check(const PendingGradient& pending, const NamedGradients& named) const {
+bool GradientPipeline::check(const PendingGradient& pending, const NamedGradients& named) {
   if (!pending.needsTotal) return true;
   const auto& o = context_.spec.optimizer;
-  if (!std::isfinite(pending.total.item<double>())) {
+  const bool finite = std::isfinite(pending.total.item<double>());
+  if (scaler_.enabled() && finite) scaler_.stepped();
+  if (scaler_.enabled() && !finite) {
+    const double was = scaler_.scale();
+    if (scaler_.overflowed()) {  // every stage sees the same total: every stage skips and halves
+      if (context_.stage == 0 && context_.replica == 0) {
+        spdlog::info("job \"{}\" step {}: the gradients overflowed at loss scale {}; every stage skips the step, "
+                     "the scale is now {}",
+                     context_.spec.name, pending.step + 1, describeScale(was), describeScale(scaler_.scale()));
+      }
+      return false;
+    }
+  }
+  if (!finite) {
     const std::string bad = nonFiniteGradient(named, pending.step, context_.stage);
     const std::string what = bad.empty() ? "the global gradient norm at step " + std::to_string(pending.step) +
                                                " (a non-finite gradient in another stage)"
@@ -167,6 +186,7 @@ at::Tensor GradientPipeline::receiveTotal(uint64_t step) {
 }
 
 PendingGradient GradientPipeline::begin(uint64_t step, const stages::Stage& copy) {
+  SKYTRAIN_CHECK(!scaler_.enabled(), "dynamic loss scaling under the delayed update");  // the spec refuses it
   PendingGradient pending;
   pending.step = step;
   const NamedGradients named = gradients(copy);

@@ -1,7 +1,8 @@
 // GradientPipeline: what happens to a step's gradients between the last backward and the
 // optimizer — averaged over the stage's copies, checked for NaN and Inf, and clipped by the
 // global norm, which the stages agree on by passing per-parameter norms up the pipeline and
-// the total back down (as clip_grad_norm_ does in one process). The synchronous update does
+// the total back down (as clip_grad_norm_ does in one process). Under dynamic loss scaling
+// they are first divided by the loss scale, and an overflow skips the step on every stage. The synchronous update does
 // it all at once (finish); the delayed update starts it when a step's last backward ends
 // (begin) and learns the total among later frames (resolveTotal, check).
 #pragma once
@@ -12,6 +13,7 @@
 #include <memory>
 
 #include "daemon/stage/gradient_checks.h"
+#include "daemon/stage/loss_scaler.h"
 #include "daemon/stage/stage_context.h"
 #include "stages/models/model_source.h"
 #include "stages/stage.h"
@@ -44,6 +46,10 @@ class GradientPipeline {
   // as one process counts a shared parameter once.
   void setTied(std::vector<stages::TiedPair> tied) { tied_ = std::move(tied); }
   ReplicaGroup* replicas() const { return replicas_.get(); }
+  // The loss scale the last stage multiplies its losses by (1 without loss scaling), and
+  // the scaler's state for checkpoints.
+  double lossScale() const { return scaler_.scale(); }
+  LossScaler& lossScaler() { return scaler_; }
 
   // The parameters of `stage` that hold a gradient, by name (views of the gradients).
   static NamedGradients gradients(const stages::Stage& stage);
@@ -59,7 +65,7 @@ class GradientPipeline {
   // The total of a pending gradient from the previous stage, passed on down.
   void resolveTotal(PendingGradient& pending);
   // Before a pending gradient is applied: the non-finite policy and clipping. False: skip.
-  bool check(const PendingGradient& pending, const NamedGradients& named) const;
+  bool check(const PendingGradient& pending, const NamedGradients& named);
 
  private:
   void average(const NamedGradients& named);
@@ -84,6 +90,7 @@ class GradientPipeline {
   bool ownNorm_;
   std::unique_ptr<ReplicaGroup> replicas_;  // null: a single copy
   std::vector<stages::TiedPair> tied_;
+  LossScaler scaler_;
 };
 
 }  // namespace skytrain::daemon

@@ -82,6 +82,7 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
                                                  *objective_);
   gradients_ = std::make_unique<GradientPipeline>(context_, counters_, *links_, /*ownNorm=*/fanIn_);
   gradients_->setTied(source_->tied());
+  executor_->setLossScaler(gradients_->lossScaler());
   profiler_ = std::make_unique<Profiler>(context_, *links_, *codecs_, *executor_, *gradients_, *source_, *model_,
                                          data_.get(), *optimizer_, std::move(facts));
   if (fanIn_) {
@@ -132,8 +133,10 @@ std::unique_ptr<stages::Stage> PipelineRunner::buildStage(StageFacts* facts) {
   } catch (const Error& e) {  // WireError (a malformed file) included
     throw Error(std::string(protocol::kBadModel) + e.what());
   }
-  if (spec.precision == "bf16" && !built->setBf16(true)) {
-    throw Error(std::string(protocol::kBadModel) + "stage " + std::to_string(stage) + " cannot compute in bf16");
+  if (const auto autocast = stages::autocastFor(spec.precision);
+      autocast != stages::Autocast::Off && !built->setAutocast(autocast)) {
+    throw Error(std::string(protocol::kBadModel) + "stage " + std::to_string(stage) + " cannot compute in " +
+                spec.precision);
   }
   if (!context_.device.is_cpu()) {
     torch::NoGradGuard noGrad;  // parameters and buffers in place, as Module.to() does

@@ -194,7 +194,7 @@ Json Profiler::profileCompute() {
       if (context_.isLast()) {
         at::Tensor logits = output.requires_grad_(true);
         const at::Tensor targets = torch::randint(0, logits.size(-1), {logits.numel() / logits.size(-1)}, generator,
-                                                  torch::kLong);
+                                                  torch::kLong).to(logits.device());
         torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets).backward();
         grad = logits.grad();
       } else {

@@ -6,6 +6,7 @@
 
 #include "daemon/ops/timing.h"
 #include "daemon/protocol/failures.h"
+#include "daemon/stage/loss_scaler.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -70,7 +71,11 @@ void ScheduleExecutor::forward(uint64_t step, int microBatch, stages::Stage& sta
       // fed to backward() when the schedule reaches B(microBatch).
       at::Tensor logits = output.requires_grad_(true);
       at::Tensor loss = stage.loss(logits, data.targets);
-      (loss / schedule_.microBatches).backward();
+      // Under loss scaling the gradient that starts backward is multiplied by a power of two;
+      // the gradient pipeline divides the parameters' gradients by it (loss_scaler.h).
+      at::Tensor scaled = loss / schedule_.microBatches;
+      if (scaler_ && scaler_->scale() != 1.0) scaled = scaled * scaler_->scale();
+      scaled.backward();
       lossGradients_[microBatch] = logits.grad();
       const double value = loss.item<double>();
       if (!std::isfinite(value) && context_.spec.optimizer.onNonfinite == "fail") {

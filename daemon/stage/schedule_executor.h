@@ -21,6 +21,8 @@
 
 namespace skytrain::daemon {
 
+class LossScaler;
+
 class ScheduleExecutor {
  public:
   // `data` is null on a stage that reads no data (a chain's middle).
@@ -30,6 +32,8 @@ class ScheduleExecutor {
                    const stages::Objective& objective);
 
   void setSchedule(scheduler::Schedule schedule) { schedule_ = std::move(schedule); }
+  // The last stage's losses are multiplied by this scaler's scale (dynamic loss scaling).
+  void setLossScaler(const LossScaler& scaler) { scaler_ = &scaler; }
   const scheduler::Schedule& schedule() const { return schedule_; }
   int microBatchSize() const { return context_.spec.batchSize / schedule_.microBatches; }
 
@@ -63,6 +67,7 @@ class ScheduleExecutor {
   scheduler::Schedule schedule_;
   std::map<int, at::Tensor> lossGradients_;  // last stage: d(loss/m)/d(logits) per micro-batch
   std::deque<int> pendingWeights_;           // ZB-H1: micro-batches whose W pass is due, oldest first
+  const LossScaler* scaler_ = nullptr;       // null: the loss is not scaled
 };
 
 }  // namespace skytrain::daemon

@@ -3,6 +3,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
 #include "daemon/stage/codec_set.h"
 #include "daemon/stage/snapshot_reader.h"
 #include "daemon/stage/stage_context.h"
@@ -13,7 +17,22 @@
 namespace skytrain::daemon {
 namespace {
 
-std::string stateKey(const at::Tensor& parameter) { return c10::guts::to_string(parameter.unsafeGetTensorImpl()); }
+// The optimizer keeps a parameter's state under its TensorImpl: LibTorch 1.13 under the
+// pointer as text (c10::guts::to_string's, i.e. operator<<'s), 2.x under the pointer itself.
+using StateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+template <typename Key>
+Key stateKeyAs(const at::Tensor& parameter) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << parameter.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return parameter.unsafeGetTensorImpl();
+  }
+}
+
+StateKey stateKey(const at::Tensor& parameter) { return stateKeyAs<StateKey>(parameter); }
 
 }  // namespace
 

@@ -42,4 +42,10 @@ bool SyncUpdate::runStep(uint64_t step, double& lossSum) {
   return update;
 }
 
+void SyncUpdate::saveState(std::vector<std::pair<std::string, at::Tensor>>& out) const {
+  gradients_.lossScaler().saveState(out);
+}
+
+void SyncUpdate::restoreState(SnapshotReader& snapshot, int64_t) { gradients_.lossScaler().restoreState(snapshot); }
+
 }  // namespace skytrain::daemon

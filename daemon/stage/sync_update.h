@@ -28,6 +28,9 @@ class SyncUpdate : public UpdatePolicy {
 
   bool runStep(uint64_t step, double& lossSum) override;
   stages::Stage& active(uint64_t) override { return model_; }
+  // The loss scaler's state (the gradient pipeline's): the scale and its run of good steps.
+  void saveState(std::vector<std::pair<std::string, at::Tensor>>& out) const override;
+  void restoreState(SnapshotReader& snapshot, int64_t step) override;
 
  private:
   const StageContext& context_;

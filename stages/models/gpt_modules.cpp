@@ -52,7 +52,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& me
   }
   auto scores = torch::matmul(queries, keys.transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
   if (causal) {
-    auto mask = torch::ones({t, t}, torch::kBool).triu(1);
+    auto mask = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(scores.device())).triu(1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   }
   auto attention = torch::dropout(torch::softmax(scores, -1), dropout, is_training());

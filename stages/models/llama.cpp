@@ -40,8 +40,9 @@ struct Rotary {
     cos = both.cos().to(torch::kFloat);
     sin = both.sin().to(torch::kFloat);
   }
-  // x: [b, heads, T, hd]
-  torch::Tensor apply(const torch::Tensor& x) const {
+  // x: [b, heads, T, hd]. The tables follow x to its device, once.
+  torch::Tensor apply(const torch::Tensor& x) {
+    if (cos.device() != x.device()) cos = cos.to(x.device()), sin = sin.to(x.device());
     const int64_t t = x.size(2), half = x.size(3) / 2;
     auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
     return x * cos.narrow(0, 0, t) + rotated * sin.narrow(0, 0, t);
@@ -67,7 +68,8 @@ struct Attention : nn::Module {
       values = values.repeat_interleave(heads / kvHeads, 1);
     }
     auto scores = torch::matmul(queries, keys.transpose(-2, -1)) / std::sqrt(static_cast<double>(headDim));
-    scores = scores.masked_fill(torch::ones({t, t}, torch::kBool).triu(1), -std::numeric_limits<float>::infinity());
+    const auto mask = torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(scores.device())).triu(1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
     auto y = torch::matmul(torch::softmax(scores, -1), values).transpose(1, 2).reshape({b, t, heads * headDim});
     return linear(*o, y);
   }

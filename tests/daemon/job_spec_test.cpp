@@ -364,7 +364,7 @@ TEST_CASE("every job spec in deploy/jobs parses") {
   CHECK(seen >= 4);
 }
 
-TEST_CASE("precision: fp32 by default; bf16 links default to the bf16 codec; fp16 refused for now") {
+TEST_CASE("precision: fp32 by default; bf16 and fp16 links default to their codec; fp16 on CUDA, loss-scaled") {
   json spec = validSpec();
   CHECK(parseJobSpec(spec.dump()).precision == "fp32");
   spec["precision"] = "bf16";
@@ -374,8 +374,46 @@ TEST_CASE("precision: fp32 by default; bf16 links default to the bf16 codec; fp1
   CHECK(parsed.compression.backward == "bf16");
   spec["compression"] = {{"forward", "none"}};
   CHECK(parseJobSpec(spec.dump()).compression.forward == "none");
+  CHECK_FALSE(parsed.optimizer.lossScale.dynamic);
+  spec.erase("compression");
   spec["precision"] = "fp16";
-  CHECK_THAT(refusal(spec).second, Catch::Contains("loss scaling"));
+  CHECK_THAT(refusal(spec).second, Catch::Contains("CUDA") && Catch::Contains("stage 0") && Catch::Contains("bf16"));
+  for (auto& stage : spec["stages"]) stage["device"] = "cuda";
+  parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.compression.forward == "fp16");
+  CHECK(parsed.compression.backward == "fp16");
+  CHECK(parsed.optimizer.lossScale.dynamic);  // on by default under fp16
+  CHECK(parsed.optimizer.lossScale.init == 65536);
+  CHECK(parsed.optimizer.lossScale.growthInterval == 2000);
+  spec["stages"][1]["replicas"] = {{{"daemon", "tcp://10.0.0.9:7100"}}};  // a copy on its daemon's CPU
+  spec["stages"][0]["replicas"] = {{{"daemon", "tcp://10.0.0.8:7100"}, {"device", "cuda"}}};
+  CHECK_THAT(refusal(spec).second, Catch::Contains("stage 1") && Catch::Contains("cpu"));
+  spec["stages"][0].erase("replicas");
+  spec["stages"][1].erase("replicas");
+  spec["optimizer"] = {{"loss_scale", "none"}};
+  CHECK_FALSE(parseJobSpec(spec.dump()).optimizer.lossScale.dynamic);
+  spec["update"] = "delayed";
+  spec["schedule"] = "1f1b";
+  spec["optimizer"] = {{"loss_scale", "dynamic"}};
+  CHECK_THAT(refusal(spec).second, Catch::Contains("delayed update"));
+  CHECK(refusal(spec).first == "$.optimizer.loss_scale");
+  spec.erase("update");
   spec["precision"] = "int8";
   CHECK(refusal(spec).first == "$.precision");
+}
+
+TEST_CASE("optimizer.loss_scale: none, dynamic, or its initial power of two and growth interval") {
+  json spec = validSpec();
+  spec["optimizer"] = {{"loss_scale", {{"init", 1024}, {"growth_interval", 100}}}};
+  const auto scale = parseJobSpec(spec.dump()).optimizer.lossScale;  // fp32 too: exact, so harmless
+  CHECK(scale.dynamic);
+  CHECK(scale.init == 1024);
+  CHECK(scale.growthInterval == 100);
+  for (const json& bad : {json(1000), json("static"), json({{"init", 3}}), json({{"init", 0.5}}),
+                          json({{"init", std::ldexp(1.0, 128)}}), json({{"growth_interval", 0}}),
+                          json({{"init", 1024}, {"factor", 2}})}) {
+    CAPTURE(bad.dump());
+    spec["optimizer"] = {{"loss_scale", bad}};
+    CHECK_THAT(refusal(spec).first, Catch::StartsWith("$.optimizer.loss_scale"));
+  }
 }

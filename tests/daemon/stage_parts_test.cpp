@@ -8,11 +8,13 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <limits>
 #include <thread>
 
 #include "compression/codec_registry.h"
 #include "daemon/stage/codec_set.h"
 #include "daemon/stage/gradient_pipeline.h"
+#include "daemon/stage/loss_scaler.h"
 #include "daemon/stage/profiler.h"
 #include "daemon/stage/snapshot_reader.h"
 #include "daemon/stage/stage_links.h"
@@ -257,6 +259,59 @@ TEST_CASE("GradientPipeline fails a non-finite gradient naming it, or skips when
   ctx.spec.optimizer.onNonfinite = "skip";
   daemon::GradientPipeline skipping(ctx, counters, links, false);
   CHECK_FALSE(skipping.finish(4, model));
+}
+
+TEST_CASE("LossScaler: halves on overflow down to 1, doubles after its interval, restores only what it could have made",
+          "[stage][gradients]") {
+  protocol::LossScaleSpec spec;
+  spec.dynamic = true;
+  spec.init = 8;
+  spec.growthInterval = 2;
+  daemon::LossScaler scaler(spec);
+  CHECK(scaler.scale() == 8);
+  CHECK(scaler.overflowed());
+  CHECK(scaler.scale() == 4);
+  scaler.stepped();
+  CHECK(scaler.scale() == 4);
+  scaler.stepped();
+  CHECK(scaler.scale() == 8);  // two good steps in a row
+  scaler.stepped();
+  CHECK(scaler.overflowed());  // an overflow restarts the run of good steps
+  scaler.stepped();
+  CHECK(scaler.scale() == 4);
+  CHECK(scaler.overflowed());
+  CHECK(scaler.overflowed());
+  CHECK(scaler.scale() == 1);
+  CHECK_FALSE(scaler.overflowed());  // at 1 the overflow is the model's: on_nonfinite decides
+  CHECK(daemon::describeScale(65536) == "2^16");
+
+  // Unscaling divides exactly, in place.
+  const at::Tensor g = torch::tensor({3.0f, -0.75f});
+  daemon::LossScaler at8(spec);
+  at8.unscale({{"w", g}});
+  CHECK(torch::equal(g, torch::tensor({0.375f, -0.09375f})));
+
+  std::vector<std::pair<std::string, at::Tensor>> saved;
+  scaler.stepped();
+  scaler.saveState(saved);
+  REQUIRE(saved.size() == 2);
+  daemon::LossScaler restored(spec);
+  daemon::SnapshotReader reader(saved, "checkpoint X");
+  restored.restoreState(reader);
+  CHECK(restored.scale() == 1);
+  restored.stepped();
+  CHECK(restored.scale() == 2);  // the run of good steps came back too
+  // A crafted checkpoint: a scale that is no power of two, or out of range, or a run too long.
+  for (const auto& [scale, good] : std::vector<std::pair<double, int64_t>>{
+           {3.0, 0}, {0.5, 0}, {std::nan(""), 0}, {std::numeric_limits<double>::infinity(), 0}, {4.0, 2}, {4.0, -1}}) {
+    CAPTURE(scale, good);
+    daemon::SnapshotReader crafted({{"loss_scale/scale", torch::tensor(scale, torch::kFloat)},
+                                    {"loss_scale/good_steps", torch::tensor(good, torch::kLong)}},
+                                   "checkpoint Y");
+    CHECK_THROWS_WITH(daemon::LossScaler(spec).restoreState(crafted), Catch::Contains("checkpoint Y"));
+  }
+  daemon::SnapshotReader missing({}, "checkpoint Z");
+  CHECK_THROWS_WITH(daemon::LossScaler(spec).restoreState(missing), Catch::Contains("loss scale is missing"));
 }
 
 TEST_CASE("Profiler's passes: full for a small model, under three steps' compute for a large one", "[stage][profiler]") {

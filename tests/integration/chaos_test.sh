@@ -26,6 +26,8 @@
 #          the checkpoint, the copies bit-identical to an undisturbed replicated run's
 #   resume cancel the job, then `skytrain resume` it from its last checkpoint
 #   kill-tokens  the kill case, reading a pre-tokenised corpus (`skytrain data prepare`)
+#   kill-scaled  the kill case under dynamic loss scaling from 2^127, which overflows and
+#          skips steps all run long: the scale and its run of good steps are in checkpoints
 # In the coord case `skytrain logs -f` follows the job throughout and must re-attach.
 # Each job must succeed with final parameters bit-identical to an undisturbed run's. The
 # kill case runs four times: without compression, with error-feedback int8 + SVD codecs,
@@ -42,7 +44,7 @@ if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] && [ "$(id -u)" = 0 ] && command -v ip > /
 fi
 daemon=$1 cli=$2 corpus=$3
 shift 3
-all_cases=(kill kill-ef kill-delayed kill-pred kill-tokens stop stop-coord coord orphan corrupt record record-lost disk partition replica resume)
+all_cases=(kill kill-ef kill-delayed kill-pred kill-tokens kill-scaled stop stop-coord coord orphan corrupt record record-lost disk partition replica resume)
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=("${all_cases[@]}")
 for c in "${cases[@]}"; do  # a misspelt case would otherwise run undisturbed and pass
@@ -83,7 +85,7 @@ restart() {
   echo $!
 }
 
-spec() {  # spec NAME VARIANT (none, ef, delayed, pred, tokens or replica) -> path
+spec() {  # spec NAME VARIANT (none, ef, delayed, pred, tokens, scaled or replica) -> path
   python3 - "$A" "$B" "$corpus" "$work/$1.json" "$2" "$tokens" "$C" <<'PY'
 import json, sys
 a, b, corpus, out, codecs, tokens, c = sys.argv[1:]
@@ -100,6 +102,8 @@ if codecs == "pred":
     s["compression"] = {"forward": "q13+pred", "backward": "q13"}
 if codecs == "tokens":
     s["data"] = {"format": "tokens", "files": [tokens]}
+if codecs == "scaled":
+    s["optimizer"] = {"loss_scale": {"init": 2.0 ** 127, "growth_interval": 4}}
 if codecs == "replica":
     s["stages"][0]["replicas"] = [{"daemon": a}]
     s["stages"][1]["replicas"] = [{"daemon": c}]
@@ -137,7 +141,7 @@ same_weights() {  # same_weights JOB1 JOB2: every stage's saved parameters, byte
 }
 
 declare -A reference
-for codecs in none ef delayed pred tokens replica; do
+for codecs in none ef delayed pred tokens scaled replica; do
   job=$("$cli" submit --detach "$(spec "ref-$codecs" "$codecs")" | awk '{print $3}')
   wait_end "$job"
   reference[$codecs]=$job
@@ -164,7 +168,7 @@ echo "| case | detection | fault to resumed attempt | resumed from | restarts |"
 echo "|---|---|---|---|---|"
 for c in "${cases[@]}"; do
   codecs=none; [ "$c" = kill-ef ] && codecs=ef; [ "$c" = kill-delayed ] && codecs=delayed; [ "$c" = kill-pred ] && codecs=pred
-  [ "$c" = kill-tokens ] && codecs=tokens; [ "$c" = replica ] && codecs=replica
+  [ "$c" = kill-tokens ] && codecs=tokens; [ "$c" = kill-scaled ] && codecs=scaled; [ "$c" = replica ] && codecs=replica
   job=$("$cli" submit --detach "$(spec "$c" "$codecs")" | awk '{print $3}')
   follower=
   if [ "$c" = coord ]; then
@@ -176,7 +180,7 @@ for c in "${cases[@]}"; do
   at=$(steps_done "$job")
   t=$(now)
   case "$c" in
-    kill|kill-ef|kill-delayed|kill-pred|kill-tokens)
+    kill|kill-ef|kill-delayed|kill-pred|kill-tokens|kill-scaled)
       kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
       sleep 1
       pid_b=$(restart "$work/b") ;;
@@ -287,6 +291,11 @@ PY
     grep -q "$want" <<< "$(status "$job")" || fail "no event says the record was $want"
   fi
   same_weights "${reference[$codecs]}" "$job" >&2
+  if [ "$c" = kill-scaled ]; then  # the scaler really skipped steps, before and after the kill
+    skipped=$(status "$job" | python3 -c "import json, sys; print(sum(1 for s in json.load(sys.stdin)['steps'] if s.get('skipped')))")
+    [ "$skipped" -ge 5 ] || fail "only $skipped steps were skipped under loss scaling from 2^127"
+    echo "loss scaling: $skipped of 150 steps skipped on overflow" >&2
+  fi
   if [ "$c" = replica ]; then  # the copies on C too: every second copy's parameters
     copies=$(cd "$work/c/jobs/${reference[$codecs]}" && find . -name 'stage-*.pt' | sort)
     [ -n "$copies" ] || fail "no parameters of a copy on daemon C"

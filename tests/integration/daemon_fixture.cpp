@@ -110,6 +110,12 @@ std::map<std::string, at::Tensor> loadStageWeights(const std::filesystem::path& 
   return out;
 }
 
+std::map<std::string, at::Tensor> pipelineWeights(const TestDaemon& a, const TestDaemon& b, const std::string& job) {
+  auto parameters = loadStageWeights(a.dir() / "jobs" / job / "stage-0.pt");
+  parameters.merge(loadStageWeights(b.dir() / "jobs" / job / "stage-1.pt"));
+  return parameters;
+}
+
 nlohmann::json twoStageSpec(const std::string& a, const std::string& b, int steps) {
   return {{"name", "secure"},
           {"seed", 3},

@@ -78,6 +78,9 @@ nlohmann::json runJob(zmq::context_t& context, const std::string& coordinator, c
 // A stage's saved weights (<state_dir>/jobs/<job>/stage-<i>.pt).
 std::map<std::string, at::Tensor> loadStageWeights(const std::filesystem::path& file);
 
+// The final weights of a two-stage job, stage 0's on a and stage 1's on b, by global name.
+std::map<std::string, at::Tensor> pipelineWeights(const TestDaemon& a, const TestDaemon& b, const std::string& job);
+
 // A two-stage GPT small enough for a test, on the test corpus: batch 4, m = 2, 1F1B, one
 // block a stage on daemons a and b.
 nlohmann::json twoStageSpec(const std::string& a, const std::string& b, int steps);

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <utility>
@@ -29,7 +30,7 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
   whole.stages[0].lastLayer = m.layers;
   auto model = stages::makeModelSource(daemon::modelConfig(whole))->build(0);
   stages::applyTrainable(*model, parsed.model.trainable);
-  if (parsed.precision == "bf16") model->setBf16(true);
+  model->setAutocast(stages::autocastFor(parsed.precision));
   for (const auto& file : parsed.model.initFrom) {
     std::ifstream in(file, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -61,6 +62,8 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
     apply(pending.front().first);
     pending.erase(pending.begin());
   };
+  double scale = o.lossScale.dynamic ? o.lossScale.init : 1.0;
+  int goodSteps = 0;
   for (int step = 0; step < steps; ++step) {
     while (delayed && !pending.empty() && pending.front().first + 2 <= step) applyPending();
     std::vector<at::Tensor> current;
@@ -76,8 +79,28 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
     const at::Tensor logits = model->forward(0, batch.inputs).requires_grad_(true);
     const at::Tensor loss =
         torch::nn::functional::cross_entropy(logits.reshape({-1, m.vocabSize}), batch.targets.reshape({-1}));
-    loss.backward();
+    (scale == 1.0 ? loss : loss * scale).backward();
     model->backward(0, logits.grad());
+    if (o.lossScale.dynamic) {  // torch.amp.GradScaler's rule, with the scale a power of two
+      bool finite = true;
+      for (auto& p : model->parameters()) {
+        if (!p.grad().defined()) continue;
+        p.mutable_grad().mul_(1.0 / scale);
+        finite = finite && torch::isfinite(p.grad()).all().item<bool>();
+      }
+      if (!finite) {
+        out.losses.push_back(loss.item<double>());
+        ++out.skippedSteps;
+        goodSteps = 0;
+        scale = std::max(1.0, scale / 2);
+        optimizer.zero_grad();
+        continue;
+      }
+      if (++goodSteps == o.lossScale.growthInterval) {
+        goodSteps = 0;
+        scale = std::min(std::ldexp(1.0, 127), scale * 2);
+      }
+    }
     if (o.clipNorm > 0 && torch::nn::utils::clip_grad_norm_(model->parameters(), o.clipNorm) > o.clipNorm) {
       ++out.clippedSteps;
     }
@@ -101,6 +124,21 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
   while (!pending.empty()) applyPending();
   for (const auto& [name, tensor] : model->stateDict()) out.parameters[name] = tensor.detach();
   return out;
+}
+
+nlohmann::json equivalenceSpec(const std::string& schedule, int microBatches, const std::string& stage0,
+                               const std::string& stage1, const nlohmann::json& optimizer) {
+  return {{"name", "equivalence"},
+          {"seed", 11},
+          {"steps", kEquivalenceSteps},
+          {"batch_size", 8},
+          {"micro_batches", microBatches},
+          {"schedule", schedule},
+          {"model", {{"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 64}, {"seq_len", 16}}},
+          {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
+          {"optimizer", optimizer},
+          {"eval", {{"samples", 8}}},
+          {"stages", {{{"daemon", stage0}, {"layers", {0, 2}}}, {{"daemon", stage1}, {"layers", {2, 4}}}}}};
 }
 
 }  // namespace skytrain::testing

@@ -273,8 +273,8 @@ TEST_CASE("a bf16 stage: fp32 weights, gradients and output, bf16 matrix product
   auto fp32 = makeGptStage(c, 2, 4, 7);
   auto bf16 = makeGptStage(c, 2, 4, 7);
   auto bf16Replayed = makeGptStage(r, 2, 4, 7);
-  REQUIRE(bf16->setBf16(true));
-  REQUIRE(bf16Replayed->setBf16(true));
+  REQUIRE(bf16->setAutocast(Autocast::BFloat16));
+  REQUIRE(bf16Replayed->setAutocast(Autocast::BFloat16));
   torch::manual_seed(4);
   const at::Tensor x = torch::randn({2, 12, 32}), g = torch::randn({2, 12, 50});
   const at::Tensor y32 = fp32->forward(0, x), y16 = bf16->forward(0, x), y16r = bf16Replayed->forward(0, x);
@@ -298,8 +298,8 @@ TEST_CASE("a bf16 stage: fp32 weights, gradients and output, bf16 matrix product
 TEST_CASE("a bf16 stage under the zero-bubble split computes what it computes without it") {
   auto plain = makeGptStage(tiny(), 2, 4, 7);
   auto split = makeGptStage(tiny(), 2, 4, 7);
-  REQUIRE(plain->setBf16(true));
-  REQUIRE(split->setBf16(true));
+  REQUIRE(plain->setAutocast(Autocast::BFloat16));
+  REQUIRE(split->setAutocast(Autocast::BFloat16));
   REQUIRE(split->setSplitBackward(true));
   torch::manual_seed(5);
   const at::Tensor x = torch::randn({2, 12, 32}), g = torch::randn({2, 12, 50});
