@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -78,7 +80,7 @@ class DocumentReader {
     if (file_ >= o_.inputs.size()) return false;
     path_ = o_.inputs[file_++];
     in_ = std::ifstream(path_, std::ios::binary);
-    if (!in_) throw Error("input \"" + path_ + "\" cannot be read");
+    if (!in_) throw Error("input \"" + path_ + "\" cannot be read: " + std::string(std::strerror(errno)));
     lineNumber_ = 0;
     jsonl_ = o_.format == "jsonl" || (o_.format == "auto" && (fs::path(path_).extension() == ".jsonl" ||
                                                               fs::path(path_).extension() == ".ndjson"));
@@ -257,7 +259,7 @@ int prepareData(const PrepareOptions& o) {
   {
     std::ofstream out(manifestPath, std::ios::binary | std::ios::trunc);
     out << stages::tokenManifestJson(manifest);
-    if (!out) throw Error("\"" + manifestPath + "\" cannot be written");
+    if (!out) throw Error("\"" + manifestPath + "\" cannot be written: " + std::string(std::strerror(errno)));
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf("%s: %llu documents, %llu tokens (%s, %s, vocabulary %d)\n", o.output.c_str(),

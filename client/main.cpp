@@ -40,6 +40,49 @@ int unknownCommand(const CLI::App& app, int argc, char** argv) {
   return 0;
 }
 
+// After a usage error: "did you mean" for the first word that names no option or command
+// where it stands ("skytrain data prepar", "skytrain list --stat"). Top-level commands are
+// unknownCommand's.
+void suggestNear(CLI::App& app, int argc, char** argv) {
+  CLI::App* at = &app;
+  std::vector<CLI::App*> chain{&app};
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") return;
+    if (word.size() > 1 && word[0] == '-') {
+      const std::string name = word.substr(0, word.find('='));
+      const CLI::Option* found = nullptr;
+      for (auto* each : chain) found = found ? found : each->get_option_no_throw(name);
+      if (found) {
+        if (found->get_items_expected_min() > 0 && word.find('=') == std::string::npos) ++i;  // its value
+        continue;
+      }
+      std::vector<std::string> names;
+      for (auto* each : chain) {
+        for (const auto* option : each->get_options()) {
+          for (const auto& n : option->get_lnames()) names.push_back("--" + n);
+        }
+      }
+      if (const std::string near = skytrain::protocol::nearest(name, names); !near.empty()) {
+        std::cerr << "did you mean \"" << near << "\"?\n";
+      }
+      return;
+    }
+    std::vector<std::string> commands;
+    for (const auto* sub : at->get_subcommands([](const CLI::App*) { return true; })) commands.push_back(sub->get_name());
+    if (commands.empty()) continue;  // a positional argument
+    if (std::find(commands.begin(), commands.end(), word) != commands.end()) {
+      at = at->get_subcommand(word);
+      chain.push_back(at);
+      continue;
+    }
+    if (const std::string near = skytrain::protocol::nearest(word, commands); !near.empty()) {
+      std::cerr << "did you mean \"" << at->get_name() << " " << near << "\"?\n";
+    }
+    return;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,6 +210,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);  // prints the message and a pointer to --help
+    suggestNear(app, argc, argv);
     return kUsage;
   }
   options.timeout = std::chrono::milliseconds(timeoutMs);

@@ -3,7 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <set>
 
@@ -90,7 +92,7 @@ MergedFile mergeSafetensors(const std::vector<std::string>& inputs, const std::s
   const std::string tmp = out + ".tmp";
   {
     std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    if (!o) throw Error("cannot write \"" + tmp + "\"");
+    if (!o) throw Error("cannot write \"" + tmp + "\": " + std::string(std::strerror(errno)));
     char length[8];
     for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((static_cast<uint64_t>(text.size()) >> (8 * i)) & 0xff);
     o.write(length, 8);
@@ -110,9 +112,9 @@ MergedFile mergeSafetensors(const std::vector<std::string>& inputs, const std::s
       }
     }
     o.flush();
-    if (!o) throw Error("cannot write \"" + tmp + "\"");
+    if (!o) throw Error("cannot write \"" + tmp + "\": " + std::string(std::strerror(errno)));
   }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) throw Error("cannot rename \"" + tmp + "\" to \"" + out + "\"");
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) throw Error("cannot rename \"" + tmp + "\" to \"" + out + "\": " + std::string(std::strerror(errno)));
   return result;
 }
 

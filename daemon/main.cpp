@@ -30,7 +30,14 @@ int main(int argc, char** argv) {
   std::string configPath = "/etc/skytrain/skytraind.json";
   app.add_option("-c,--config", configPath, "daemon config file (JSON)");
   app.set_version_flag("--version", std::string("skytraind ") + SKYTRAIN_VERSION);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and a pointer to --help
+    return 2;     // a usage error, as getopt-style tools exit (CLI11's own codes are 105-109)
+  }
   // Frames and activations of tens of MB are allocated and freed every micro-batch: keep
   // their pages (daemon/ops/allocator.h).
   const bool allocatorSet = skytrain::daemon::keepFreedMemory();

@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -40,7 +42,7 @@ std::vector<LabelledDataSource::Example> LabelledDataSource::read(const std::vec
   std::vector<Example> out;
   for (const auto& file : files) {
     std::ifstream in(file, std::ios::binary);
-    if (!in) throw Error("data file \"" + file + "\" cannot be read");
+    if (!in) throw Error("data file \"" + file + "\" cannot be read: " + std::string(std::strerror(errno)));
     std::string line;
     for (size_t number = 1; std::getline(in, line); ++number) {
       if (line.empty()) continue;

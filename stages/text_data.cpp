@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -13,7 +15,7 @@ namespace {
 
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("data file \"" + path + "\" cannot be read");
+  if (!in) throw Error("data file \"" + path + "\" cannot be read: " + std::string(std::strerror(errno)));
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw Error("data file \"" + path + "\": read error");

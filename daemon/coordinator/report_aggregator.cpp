@@ -36,7 +36,7 @@ bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) 
   switch (report.kind) {
     case ReportKind::Step:
       if (report.step < static_cast<int64_t>(r.steps.size()) || report.step >= r.spec.steps) {
-        throw WireError("report for job " + r.id + " step " + std::to_string(report.step) + " is out of order");
+        throw WireError("report for job " + r.id + " step " + std::to_string(report.step + 1) + " is out of order");
       }
       reports.pending[report.step][stage] = protocol::toJson(report);
       completeSteps(r);

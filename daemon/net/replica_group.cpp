@@ -1,6 +1,7 @@
 #include "daemon/net/replica_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>  // c10d::Backend too, from LibTorch 2.0
 #ifdef SKYTRAIN_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif

@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <sstream>
-#include <algorithm>
 
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
@@ -85,7 +87,7 @@ DaemonConfig parseDaemonConfig(const std::string& text) {
 
 DaemonConfig loadDaemonConfig(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw Error("config file \"" + path + "\" cannot be read");
+  if (!in) throw Error("config file \"" + path + "\" cannot be read: " + std::string(std::strerror(errno)));
   std::ostringstream text;
   text << in.rdbuf();
   try {

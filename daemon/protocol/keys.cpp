@@ -152,8 +152,9 @@ std::string writeKeyPair(const KeyPair& keys, const std::string& dir) {
                   (errno == EEXIST ? " (refusing to overwrite a key)" : ""));
     }
     const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+    const std::string reason = ok ? "" : std::strerror(errno);
     ::close(fd);
-    if (!ok) throw Error("cannot write \"" + path + "\"");
+    if (!ok) throw Error("cannot write \"" + path + "\": " + reason);
   };
   if (::access(publicPath.c_str(), F_OK) == 0) throw Error("\"" + publicPath + "\" exists (refusing to overwrite a key)");
   makePrivateDir(dir);

@@ -146,7 +146,7 @@ void DelayedUpdate::restoreState(SnapshotReader& snapshot, int64_t step) {
     const int64_t value = pendingStep->item<int64_t>();
     const bool inOrder = pending_.empty() || value > static_cast<int64_t>(pending_.back().step);
     if ((value != step - 1 && value != step) || !inOrder) {
-      throw WireError(snapshot.where() + ": a pending gradient of step " + std::to_string(value));
+      throw WireError(snapshot.where() + ": a pending gradient of step " + std::to_string(value + 1));
     }
     p.step = static_cast<uint64_t>(value);
     const auto total = snapshot.take(head + "total", torch::tensor(0.0f));

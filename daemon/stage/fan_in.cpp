@@ -77,7 +77,7 @@ void FanIn::waitForCredit(uint64_t step) {
     if (frame) {
       if (frame->direction != FrameDirection::Ack || static_cast<int64_t>(frame->step) >= s) {
         throw WireError("the consumer sent " + compression::toString(frame->direction) + " frame step " +
-                        std::to_string(frame->step) + " while producer step " + std::to_string(step) + " waits for acks");
+                        std::to_string(frame->step + 1) + " while producer step " + std::to_string(step + 1) + " waits for acks");
       }
       acked_ = std::max(acked_, static_cast<int64_t>(frame->step));
       continue;
@@ -85,7 +85,7 @@ void FanIn::waitForCredit(uint64_t step) {
     if (!ahead) break;
     links_.checkLinks();
     if (Clock::now() > deadline) {
-      throw PeerError("no acknowledgement of step " + std::to_string(s - context_.spec.maxStaleness) +
+      throw PeerError("no acknowledgement of step " + std::to_string(s - context_.spec.maxStaleness + 1) +
                       " from the consumer within " + fmt::format("{:g}", context_.spec.peerTimeoutS) + " s");
     }
   }
@@ -114,7 +114,7 @@ void FanIn::producerStep(uint64_t step, double& lossSum) {
       (loss / m).backward();
       const double value = loss.item<double>();
       if (!std::isfinite(value) && context_.spec.optimizer.onNonfinite == "fail") {
-        throw Error(std::string(protocol::kNonFinite) + "the generator loss of step " + std::to_string(step) + " micro-batch " +
+        throw Error(std::string(protocol::kNonFinite) + "the generator loss of step " + std::to_string(step + 1) + " micro-batch " +
                     std::to_string(j) + " is " + std::to_string(value) + " (stage " + std::to_string(context_.stage) + ")");
       }
       lossSum += value;
@@ -130,7 +130,7 @@ at::Tensor FanIn::receiveTokens(FrameDirection direction, uint64_t step, uint32_
   compression::TensorFrame frame = takeProducerFrame(direction, step, microBatch);
   const std::vector<int64_t> expected = source_.inputShape(context_.stage, samples);
   if (frame.tensor.shape != expected || frame.tensor.dtype != compression::WireDType::Int64) {
-    throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step) + " from producer " +
+    throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step + 1) + " from producer " +
                     std::to_string(microBatch >> kProducerShift) + " carries shape " + c10::str(frame.tensor.shape) +
                     ", the consumer expects int64 " + c10::str(expected));
   }
@@ -148,7 +148,7 @@ at::Tensor FanIn::receiveTokens(FrameDirection direction, uint64_t step, uint32_
   const int64_t lowId = idMin.item<int64_t>(), highId = idMax.item<int64_t>();
   const int64_t lowFlag = flagMin.item<int64_t>(), highFlag = flagMax.item<int64_t>();
   if (lowId < 0 || highId >= vocab || lowFlag < 0 || highFlag > 1) {
-    throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step) + " from producer " +
+    throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step + 1) + " from producer " +
                     std::to_string(microBatch >> kProducerShift) + " carries token IDs in [" + std::to_string(lowId) +
                     ", " + std::to_string(highId) + "] and flags in [" + std::to_string(lowFlag) + ", " +
                     std::to_string(highFlag) + "]; the vocabulary is [0, " + std::to_string(vocab) +
@@ -170,7 +170,7 @@ void FanIn::consumerStep(uint64_t step, double& lossSum) {
       (loss / terms).backward();
       const double value = loss.item<double>();
       if (!std::isfinite(value) && context_.spec.optimizer.onNonfinite == "fail") {
-        throw Error(std::string(protocol::kNonFinite) + "the discriminator loss of step " + std::to_string(step) +
+        throw Error(std::string(protocol::kNonFinite) + "the discriminator loss of step " + std::to_string(step + 1) +
                     " on producer " + std::to_string(p) + " micro-batch " + std::to_string(j) + " is " +
                     std::to_string(value));
       }
@@ -210,8 +210,8 @@ compression::TensorFrame FanIn::takeProducerFrame(FrameDirection direction, uint
                            frame->step >= step && frame->step <= step + context_.spec.maxStaleness + 1;
     if (!plausible || early_.size() >= cap) {
       throw WireError("producer " + std::to_string(frame->microBatch >> kProducerShift) + " sent a " +
-                      compression::toString(frame->direction) + " frame of step " + std::to_string(frame->step) +
-                      " while the consumer is at step " + std::to_string(step) + " (max_staleness " +
+                      compression::toString(frame->direction) + " frame of step " + std::to_string(frame->step + 1) +
+                      " while the consumer is at step " + std::to_string(step + 1) + " (max_staleness " +
                       std::to_string(context_.spec.maxStaleness) + ")");
     }
     early_.emplace(std::make_tuple(static_cast<int>(frame->direction), frame->step, frame->microBatch), std::move(*frame));

@@ -2,8 +2,6 @@
 
 #include <torch/torch.h>
 
-#include <spdlog/spdlog.h>
-
 #include <cmath>
 
 #include "daemon/net/replica_group.h"
@@ -125,19 +123,12 @@ bool GradientPipeline::check(const PendingGradient& pending, const NamedGradient
   const bool finite = std::isfinite(pending.total.item<double>());
   if (scaler_.enabled() && finite) scaler_.stepped();
   if (scaler_.enabled() && !finite) {
-    const double was = scaler_.scale();
-    if (scaler_.overflowed()) {  // every stage sees the same total: every stage skips and halves
-      if (context_.stage == 0 && context_.replica == 0) {
-        spdlog::info("job \"{}\" step {}: the gradients overflowed at loss scale {}; every stage skips the step, "
-                     "the scale is now {}",
-                     context_.spec.name, pending.step + 1, describeScale(was), describeScale(scaler_.scale()));
-      }
-      return false;
-    }
+    // Every stage sees the same total: every stage skips and halves (the worker logs it).
+    if (scaler_.overflowed()) return false;
   }
   if (!finite) {
     const std::string bad = nonFiniteGradient(named, pending.step, context_.stage);
-    const std::string what = bad.empty() ? "the global gradient norm at step " + std::to_string(pending.step) +
+    const std::string what = bad.empty() ? "the global gradient norm at step " + std::to_string(pending.step + 1) +
                                                " (a non-finite gradient in another stage)"
                                          : bad;
     if (o.onNonfinite == "fail") throw Error(std::string(protocol::kNonFinite) + what + " is not finite");
@@ -152,7 +143,7 @@ at::Tensor GradientPipeline::normsFromBelow(uint64_t step, const at::Tensor& min
   compression::TensorFrame frame = links_.awaitFrame(links_.next(), FrameDirection::NormUp, step, 0);
   const auto& shape = frame.tensor.shape;
   if (shape.size() != 1 || shape[0] > (1 << 20) || frame.tensor.dtype != compression::WireDType::Float32) {
-    throw WireError("norm frame of step " + std::to_string(step) + " carries shape " + describeShape(shape) +
+    throw WireError("norm frame of step " + std::to_string(step + 1) + " carries shape " + describeShape(shape) +
                     ", expected float32 [k] with k <= 2^20");
   }
   return torch::cat({mine, links_.plain().decode(frame.tensor)});
@@ -180,7 +171,7 @@ at::Tensor GradientPipeline::receiveTotal(uint64_t step) {
   // Inf go on to the job's on_nonfinite policy like a norm computed here.
   if (const double value = total.item<double>(); value < 0) {
     throw WireError("stage " + std::to_string(context_.stage - 1) + " sent a negative gradient norm (" +
-                    std::to_string(value) + ") for step " + std::to_string(step));
+                    std::to_string(value + 1) + ") for step " + std::to_string(step + 1));
   }
   return total;
 }

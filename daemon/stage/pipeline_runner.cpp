@@ -186,6 +186,7 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   double lossSum = 0;
   stats.skipped = !update_->runStep(step, lossSum);
   stats.lead = topology_->lead();
+  if (gradients_->lossScaler().enabled()) stats.lossScale = gradients_->lossScale();
   topology_->endStep(step);
   stats.lr = protocol::learningRate(context_.spec.optimizer, static_cast<int64_t>(step), context_.spec.steps);
   const int lossTerms = topology_->lossTerms();

@@ -57,7 +57,8 @@ class UpdatePolicy;
 struct StepStats {
   double loss = 0;            // mean over micro-batches (last stage only, else NaN)
   double lr = 0;              // the learning rate of the step
-  bool skipped = false;       // a non-finite gradient: no update (on_nonfinite "skip")
+  bool skipped = false;       // a non-finite gradient: no update (on_nonfinite "skip", or loss scaling)
+  double lossScale = 0;       // dynamic loss scaling: the scale after the step (0: off)
   int lead = -1;              // a fan-in producer: steps it ran ahead of the consumer (<= max_staleness)
   double stepSeconds = 0;     // wall time of the step on this stage
   double computeSeconds = 0;  // forward, backward, loss, optimizer and codec time

@@ -163,6 +163,18 @@ Json Profiler::profileCompute() {
   Json forward = Json::array(), backward = Json::array(), outputBytes = Json::array(), gradientBytes = Json::array();
   Json weight = Json::array();
   constexpr int kProfileMicroBatch = -1;  // never a real micro-batch index
+  // A GPU runs kernels after their launch returns: the clocks read once the device is idle.
+  const auto settle = [this] {
+    if (context_.device.is_cuda()) torch::cuda::synchronize(context_.device.index());
+  };
+  const auto settledNow = [&] {
+    settle();
+    return Clock::now();
+  };
+  const auto settledSince = [&](Clock::time_point start) {
+    settle();
+    return secondsSince(start);
+  };
   // Passes alternate: whole backwards (forward_s, backward_s), then split ones (ZB-H1) whose
   // W pass alone is timed (weight_s). Only where the planner may choose zb-h1; 0 elsewhere and
   // on a stage that cannot split.
@@ -187,7 +199,7 @@ Json Profiler::profileCompute() {
       model_.setSplitBackward(splitPass);
       const bool last = pass == 2 * repeats - 2;  // the last whole pass
       const at::Tensor input = randomInput(b, generator);
-      auto start = Clock::now();
+      auto start = settledNow();
       at::Tensor output = model_.forward(kProfileMicroBatch, input);
       at::Tensor grad;
       double forwardSeconds = 0;
@@ -198,7 +210,7 @@ Json Profiler::profileCompute() {
         torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets).backward();
         grad = logits.grad();
       } else {
-        const double modelSeconds = secondsSince(start);
+        const double modelSeconds = settledSince(start);
         int cycle = 1;  // messages timed, per message
         if (auto* conditioned = compression::tokenConditioned(*forwardCodec)) {  // "+pred": a first stage's
           const at::Tensor ids = context_.isFirst() ? input : torch::zeros({b, context_.spec.model.seqLen}, torch::kLong);
@@ -218,8 +230,8 @@ Json Profiler::profileCompute() {
         if (autoForward && last) timeOptions(forwardOptions, output, b, options["forward"]);
         grad = torch::randn(output.sizes(), generator);
       }
-      if (!splitPass && !warm) forwardTimes.push_back(context_.isLast() ? secondsSince(start) : forwardSeconds);
-      start = Clock::now();
+      if (!splitPass && !warm) forwardTimes.push_back(context_.isLast() ? settledSince(start) : forwardSeconds);
+      start = settledNow();
       const at::Tensor gradInput = model_.backward(kProfileMicroBatch, grad);
       double codecSeconds = 0;
       if (!context_.isFirst()) {
@@ -230,16 +242,16 @@ Json Profiler::profileCompute() {
         codecSeconds = secondsSince(codecStart);
       }
       if (splitPass) {
-        start = Clock::now();
+        start = settledNow();
         model_.backwardWeights(kProfileMicroBatch);
-        weightTimes.push_back(secondsSince(start));
+        weightTimes.push_back(settledSince(start));
         return;
       }
       if (warm) {
         model_.backwardWeights(kProfileMicroBatch);  // nothing pending unless split; a no-op then
         return;
       }
-      backwardTimes.push_back(secondsSince(start) - (autoBackward ? codecSeconds : 0.0));  // "auto": the option's
+      backwardTimes.push_back(settledSince(start) - (autoBackward ? codecSeconds : 0.0));  // "auto": the option's
       if (autoBackward && last) timeOptions(backwardOptions, gradInput, b, options["backward"]);
     };
     for (int pass = passes.warmEachSize() ? -1 : 0; pass < 2 * repeats; ++pass) runPass(pass);

@@ -272,7 +272,7 @@ protocol::Json StageHost::heartbeat(const protocol::StageHeartbeat& request, con
 
 protocol::Json StageHost::profile(const protocol::StageProfile& request, const std::string& caller) {
   if (!find(request, caller).requestProfile(static_cast<int>(request.atStep))) {
-    throw Error("stage " + std::to_string(request.stage) + " has already begun step " + std::to_string(request.atStep));
+    throw Error("stage " + std::to_string(request.stage) + " has already begun step " + std::to_string(request.atStep + 1));
   }
   return {{"ok", true}};
 }

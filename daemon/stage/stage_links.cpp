@@ -98,9 +98,9 @@ compression::TensorFrame StageLinks::awaitFrame(PeerLink& link, FrameDirection d
     }
     if (!wanted) {
       throw WireError("stage " + std::to_string(from) + " sent " + compression::toString(frame->direction) +
-                      " frame step " + std::to_string(frame->step) + " micro-batch " +
+                      " frame step " + std::to_string(frame->step + 1) + " micro-batch " +
                       std::to_string(frame->microBatch) + " while " + compression::toString(direction) +
-                      " step " + std::to_string(step) + " micro-batch " + std::to_string(microBatch) +
+                      " step " + std::to_string(step + 1) + " micro-batch " + std::to_string(microBatch) +
                       " was expected");
     }
     return std::move(*frame);
@@ -112,7 +112,7 @@ at::Tensor StageLinks::receive(PeerLink& link, FrameDirection direction, uint64_
   compression::TensorFrame frame = awaitFrame(link, direction, step, microBatch);
   // Checked before decoding, so a decoder never allocates more than this stage expects.
   if (frame.tensor.shape != expectedShape || frame.tensor.dtype != compression::WireDType::Float32) {
-    throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step) + " micro-batch " +
+    throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step + 1) + " micro-batch " +
                     std::to_string(microBatch) + " carries shape " + describeShape(frame.tensor.shape) +
                     ", this stage expects float32 " + describeShape(expectedShape));
   }
@@ -120,7 +120,7 @@ at::Tensor StageLinks::receive(PeerLink& link, FrameDirection direction, uint64_
   compression::Codec& decoder = streamDecoder(direction, frame.tensor.codec);
   if (auto* conditioned = compression::tokenConditioned(decoder)) {
     if (!tokens.defined()) {
-      throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step) + " uses codec \"" +
+      throw WireError(compression::toString(direction) + " frame of step " + std::to_string(step + 1) + " uses codec \"" +
                       frame.tensor.codec + "\", which needs token IDs this stage does not hold");
     }
     conditioned->setTokens(tokens.to(at::kCPU));

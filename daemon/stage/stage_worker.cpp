@@ -10,6 +10,7 @@
 #include "daemon/protocol/failures.h"
 #include "daemon/protocol/messages.h"
 #include "daemon/stage/checkpoint.h"
+#include "daemon/stage/loss_scaler.h"
 #include "daemon/stage/pipeline_runner.h"
 #include "daemon/stage/weight_export.h"
 #include "scheduler/error.h"
@@ -199,6 +200,10 @@ void StageWorker::run() {
                      scheduler::toString(plan.schedule));
       }
       const StepStats stats = runner.runStep(static_cast<uint64_t>(step));
+      if (stats.skipped && stats.lossScale > 0 && a.stage == 0 && a.replica == 0) {  // every stage skipped: one line
+        spdlog::info("job {} {}: step {}: the gradients overflowed; every stage skips the step, and the loss scale "
+                     "halves to {}", a.jobId, name, step + 1, describeScale(stats.lossScale));
+      }
       const bool last = step + 1 == steps;
       const int every = a.spec.checkpoint.interval;
       double checkpointSeconds = 0;

@@ -112,6 +112,12 @@ rc=0; "$cli" sumbit x.json > "$work/typo" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'did you mean "submit"' "$work/typo" || { cat "$work/typo"; fail "a typo: exit $rc"; }
 rc=0; "$cli" status > "$work/usage" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || { cat "$work/usage"; fail "a missing argument: exit $rc, not 2"; }
+rc=0; "$cli" data prepar x.txt -o y > "$work/typo" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q 'did you mean "data prepare"' "$work/typo" || { cat "$work/typo"; fail "a nested typo: exit $rc"; }
+rc=0; "$cli" list --stat running > "$work/typo" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q 'did you mean "--state"' "$work/typo" || { cat "$work/typo"; fail "a mistyped option: exit $rc"; }
+rc=0; "$daemon" --confg x.json > "$work/typo" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] || { cat "$work/typo"; fail "skytraind's usage error: exit $rc, not 2"; }
 "$cli" validate "$(spec)" | grep -q "a valid job spec" || fail "validate refused a valid spec"
 rc=0; "$cli" validate "$(spec 's["stpes"] = 3')" > "$work/invalid" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'did you mean "steps"' "$work/invalid" || { cat "$work/invalid"; fail "validate: exit $rc"; }
