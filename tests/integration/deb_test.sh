@@ -61,6 +61,7 @@ for f in /usr/bin/skytraind /usr/bin/skytraind-sentinel /usr/bin/skytrain /usr/l
          /usr/lib/sysusers.d/skytrain.conf /usr/lib/tmpfiles.d/skytrain.conf /etc/skytrain/skytraind.json \
          /usr/share/doc/skytrain/README.md /usr/share/doc/skytrain/copyright /usr/share/doc/skytrain/changelog.Debian.gz \
          /usr/share/doc/skytrain/docs/quickstart.md /usr/share/doc/skytrain/examples/gpt-web.json \
+         /usr/share/doc/skytrain/examples/torchscript/tiny_lm.py \
          /usr/share/man/man1/skytrain.1.gz /usr/share/man/man1/skytraind.1.gz /usr/share/bash-completion/completions/skytrain; do
   echo "$files" | grep -qxF "$f" || fail "the package has no $f"
   [ -f "$f" ] || fail "$f is not installed"
