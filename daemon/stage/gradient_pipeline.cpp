@@ -48,6 +48,11 @@ void GradientPipeline::failIfNonFinite(const NamedGradients& named, uint64_t ste
   }
 }
 
+std::string GradientPipeline::tiedCodecSpec(const protocol::JobSpec& spec) {
+  const std::string& backward = spec.compression.backward;
+  return backward == "bf16" || backward == "fp16" ? backward : "none";
+}
+
 void GradientPipeline::sumTied(uint64_t step, const stages::Stage& model) {
   const int s = context_.stage;
   for (const auto& pair : tied_) {
@@ -69,13 +74,16 @@ void GradientPipeline::sumTied(uint64_t step, const stages::Stage& model) {
     SKYTRAIN_CHECK(parameter.defined(), "stage " << s << " holds no tied parameter " << name);
     // A frozen copy adds nothing and takes nothing.
     at::Tensor grad = parameter.grad().defined() ? parameter.grad() : torch::zeros_like(parameter);
+    compression::Codec& codec = links_.decoderFor(tiedCodecSpec(context_.spec));
     at::Tensor sum;
     if (s == pair.firstStage) {
-      links_.transmit(links_.next(), links_.plain(), FrameDirection::TiedDown, step, 0, s + 1, grad);
+      links_.transmit(links_.next(), codec, FrameDirection::TiedDown, step, 0, s + 1, grad);
       sum = links_.receive(links_.next(), FrameDirection::TiedUp, step, 0, parameter.sizes().vec());
     } else {
       sum = links_.receive(links_.previous(), FrameDirection::TiedDown, step, 0, parameter.sizes().vec()) + grad;
-      links_.transmit(links_.previous(), links_.plain(), FrameDirection::TiedUp, step, 0, s - 1, sum);
+      // What the first holder will decode: rounding is idempotent, so the frame sent carries it exactly.
+      if (&codec != &links_.plain()) sum = codec.decode(codec.encode(sum)).to(sum.device());
+      links_.transmit(links_.previous(), codec, FrameDirection::TiedUp, step, 0, s - 1, sum);
     }
     if (parameter.grad().defined()) parameter.mutable_grad().copy_(sum);
   }

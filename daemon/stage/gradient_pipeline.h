@@ -11,12 +11,17 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "daemon/stage/gradient_checks.h"
 #include "daemon/stage/loss_scaler.h"
 #include "daemon/stage/stage_context.h"
 #include "stages/models/model_source.h"
 #include "stages/stage.h"
+
+namespace skytrain::compression {
+class Codec;
+}
 
 namespace skytrain::daemon {
 
@@ -43,9 +48,14 @@ class GradientPipeline {
   // gradient travels down the chain to the second, which adds its own and sends the sum
   // back up; both copies take the sum, so they stay bit-identical (Megatron's embedding
   // group, over the pipeline's own links). The second copy is left out of the global norm,
-  // as one process counts a shared parameter once.
+  // as one process counts a shared parameter once. Where the job's backward codec is bf16 or
+  // fp16 (what bf16 and fp16 jobs default to), the gradients cross in it; the second holder
+  // takes the rounded sum it sends, so both copies still take the same.
   void setTied(std::vector<stages::TiedPair> tied) { tied_ = std::move(tied); }
   ReplicaGroup* replicas() const { return replicas_.get(); }
+  // The codec the tied gradients cross in under `spec`: its backward codec where that is bf16
+  // or fp16, else "none".
+  static std::string tiedCodecSpec(const protocol::JobSpec& spec);
   // The loss scale the last stage multiplies its losses by (1 without loss scaling), and
   // the scaler's state for checkpoints.
   double lossScale() const { return scaler_.scale(); }

@@ -100,10 +100,13 @@ Json Profiler::profile(uint64_t step) {
   // The tied matrices this stage holds first: what their gradient frames carry down to the
   // second holder and back every step (GradientPipeline::sumTied), for the planner.
   compute["tied"] = Json::array();
+  const double bytesPerElement = GradientPipeline::tiedCodecSpec(context_.spec) == "none" ? 4.0 : 2.0;
   for (const auto& pair : source_.tied()) {
     if (pair.firstStage != context_.stage) continue;
     for (const auto& [name, parameter] : model_.namedParameters()) {
-      if (name == pair.firstName) compute["tied"].push_back({{"bytes", 4.0 * parameter.numel()}, {"to_stage", pair.secondStage}});
+      if (name == pair.firstName) {
+        compute["tied"].push_back({{"bytes", bytesPerElement * parameter.numel()}, {"to_stage", pair.secondStage}});
+      }
     }
   }
   return {{"compute", std::move(compute)}, {"link", probeLinks(step)}};
