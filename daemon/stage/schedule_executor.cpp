@@ -106,7 +106,14 @@ void ScheduleExecutor::backward(uint64_t step, int microBatch, stages::Stage& st
     gradInput = stage.backward(microBatch, grad);
   }
   if (!context_.isFirst()) {
-    links_.transmit(links_.previous(), *codecs_.forStep(step).backward, FrameDirection::Backward, step, microBatch,
+    compression::Codec* codec = codecs_.forStep(step).backward.get();
+    // Under loss scaling an overflow is expected, not a fault: its Inf crosses uncompressed
+    // (lossy codecs refuse non-finite input), so every stage meets it in the global norm and
+    // skips the step.
+    if (scaler_ && scaler_->enabled() && gradInput.defined() && !torch::isfinite(gradInput).all().item<bool>()) {
+      codec = &links_.plain();
+    }
+    links_.transmit(links_.previous(), *codec, FrameDirection::Backward, step, microBatch,
                     static_cast<uint16_t>(context_.stage - 1), gradInput);
   }
   if (schedule_.kind == scheduler::ScheduleKind::ZeroBubbleH1) {

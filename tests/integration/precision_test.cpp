@@ -105,6 +105,13 @@ TEST_CASE("an overflow under loss scaling skips the step on every stage and halv
   }
   CHECK(worstDifference(pipelineWeights(a, b, status["id"]), reference) == 0.0);
   WARN("loss scale 2^127, growth every 2 steps: " << reference.skippedSteps << " of 10 steps skipped");
+
+  // A backward codec that refuses non-finite input (int8): the overflowing gradient crosses
+  // uncompressed instead, and the step is skipped as before rather than failing the job.
+  spec["compression"] = {{"forward", "none"}, {"backward", "int8"}};
+  const Json int8 = runJob(context, a.control(), spec);
+  REQUIRE(int8["state"] == "succeeded");
+  CHECK(skippedSteps(int8) == reference.skippedSteps);
 }
 
 TEST_CASE("a stage on a GPU trains like one process (where a GPU exists)", "[integration][gpu]") {
