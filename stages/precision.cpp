@@ -3,7 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
-#include <stdexcept>
+#include "scheduler/error.h"
 
 namespace skytrain::stages {
 namespace {
@@ -36,7 +36,7 @@ Autocast autocastFor(const std::string& precision) {
   if (precision == "fp32") return Autocast::Off;
   if (precision == "bf16") return Autocast::BFloat16;
   if (precision == "fp16") return Autocast::Float16;
-  throw std::invalid_argument("unknown precision \"" + precision + "\"");
+  throw Error("unknown precision \"" + precision + "\"");
 }
 
 AutocastScope::AutocastScope(Autocast type) : type_(type) {
