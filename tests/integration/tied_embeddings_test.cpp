@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <string>
 
 #include "client/commands.h"
 #include "client/export.h"
@@ -26,6 +27,24 @@ constexpr double kLossTolerance = 1e-4;
 constexpr double kParameterTolerance = 1e-4;
 constexpr int kSteps = 4;
 
+// A 4-block model of `kind` with tied embeddings, blocks [0, 2) on daemon a and [2, 4) on b.
+Json tiedSpec(const std::string& kind, const std::string& a, const std::string& b, const Json& optimizer) {
+  Json spec = {{"name", "tied"},
+               {"seed", 11},
+               {"steps", kSteps},
+               {"batch_size", 8},
+               {"micro_batches", 2},
+               {"schedule", "1f1b"},
+               {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
+               {"optimizer", optimizer},
+               {"eval", {{"samples", 8}}},
+               {"stages", {{{"daemon", a}, {"layers", {0, 2}}}, {{"daemon", b}, {"layers", {2, 4}}}}}};
+  spec["model"] = {{"kind", kind}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 64}, {"seq_len", 16},
+                   {"tie_embeddings", true}};
+  if (kind == "llama") spec["model"]["kv_heads"] = 2;
+  return spec;
+}
+
 }  // namespace
 
 TEST_CASE("llama and gpt2 with tied embeddings cut across daemons train like one process that ties them",
@@ -36,19 +55,7 @@ TEST_CASE("llama and gpt2 with tied embeddings cut across daemons train like one
   const Json optimizer = {{"lr", 2e-3}, {"clip_norm", 0.5}};
   const auto [kind, stages] = GENERATE(std::make_pair("llama", 2), std::make_pair("llama", 3), std::make_pair("gpt2", 3));
   CAPTURE(kind, stages);
-  Json spec = {{"name", "tied"},
-               {"seed", 11},
-               {"steps", kSteps},
-               {"batch_size", 8},
-               {"micro_batches", 2},
-               {"schedule", "1f1b"},
-               {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
-               {"optimizer", optimizer},
-               {"eval", {{"samples", 8}}},
-               {"stages", {{{"daemon", a.control()}, {"layers", {0, 2}}}, {{"daemon", b.control()}, {"layers", {2, 4}}}}}};
-  spec["model"] = {{"kind", kind}, {"d_model", 32}, {"heads", 4}, {"layers", 4}, {"d_ff", 64}, {"seq_len", 16},
-                   {"tie_embeddings", true}};
-  if (std::string(kind) == "llama") spec["model"]["kv_heads"] = 2;
+  Json spec = tiedSpec(kind, a.control(), b.control(), optimizer);
   if (stages == 3) {
     spec["stages"] = {{{"daemon", a.control()}, {"layers", {0, 1}}},
                       {{"daemon", b.control()}, {"layers", {1, 3}}},
@@ -101,18 +108,7 @@ TEST_CASE("on bf16 links the tied gradient crosses in bf16 too, and the two copi
           "[integration]") {
   TestDaemon a("ta"), b("tb");
   zmq::context_t context;
-  Json spec = {{"name", "tied-bf16"},
-               {"seed", 11},
-               {"steps", kSteps},
-               {"batch_size", 8},
-               {"micro_batches", 2},
-               {"schedule", "1f1b"},
-               {"data", {{"files", {SKYTRAIN_TEST_CORPUS}}}},
-               {"optimizer", {{"lr", 2e-3}}},
-               {"eval", {{"samples", 8}}},
-               {"model", {{"kind", "llama"}, {"d_model", 32}, {"heads", 4}, {"kv_heads", 2}, {"layers", 4},
-                          {"d_ff", 64}, {"seq_len", 16}, {"tie_embeddings", true}}},
-               {"stages", {{{"daemon", a.control()}, {"layers", {0, 2}}}, {{"daemon", b.control()}, {"layers", {2, 4}}}}}};
+  Json spec = tiedSpec("llama", a.control(), b.control(), {{"lr", 2e-3}});
   const Trained reference = trainReference(spec);
   const Json plain = runJob(context, a.control(), spec);
   spec["compression"] = {{"forward", "bf16"}, {"backward", "bf16"}};
