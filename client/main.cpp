@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("skytrain ") + SKYTRAIN_VERSION);
   app.require_subcommand(1);
   skytrain::client::ClientOptions options;
-  if (const char* env = std::getenv("SKYTRAIN_DAEMON")) options.daemon = env;
+  if (const char* env = std::getenv("SKYTRAIN_DAEMON"); env && *env) options.daemon = env;  // empty: unset
   int timeoutMs = 5000;
   skytrain::client::IdentityOptions identity;
   app.add_option("-k,--key", identity.keyFile, "your secret key file (env SKYTRAIN_KEY; default ~/.config/skytrain/client.key)");

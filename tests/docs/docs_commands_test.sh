@@ -3,7 +3,8 @@
 # one script from a view of the repository root, HOME an empty folder, an unprivileged user's
 # setting), then the ```sh blocks of docs/operations.md's "Keys for two clusters" with
 # /etc/skytrain in a temporary folder (lines that start with `sudo systemctl`, `scp` or `ssh`
-# move files between hosts or start services: skipped, the files being on this one machine).
+# move files between hosts or start services: skipped, the files being on this one machine;
+# two_clusters_test.sh walks the section on emulated hosts, those lines included, as root).
 # Usage: docs_commands_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 source_dir=$(cd "$1" && pwd) build_dir=$(cd "$2" && pwd)

@@ -66,6 +66,8 @@ expect_refused "unreachable stage daemon" 1 "stage 1 (tcp://127.0.0.1:9)" "no re
 expect_refused "missing data file" 1 "/nonexistent/corpus.txt" -- "$(spec 's["data"]["files"] = ["/nonexistent/corpus.txt"]')"
 SKYTRAIN_DAEMON=tcp://127.0.0.1:9 expect_refused "coordinator of unknown key" 2 "no public key is known for daemon tcp://127.0.0.1:9" -- "$(spec)"
 SKYTRAIN_DAEMON=tcp://127.0.0.1:9 SKYTRAIN_DAEMON_KEY=$some_key expect_refused "unreachable coordinator" 2 "no reply from tcp://127.0.0.1:9" -- "$(spec)"
+# An empty variable is an unset one (a user's `export SKYTRAIN_DAEMON=`): the default endpoint.
+SKYTRAIN_DAEMON= expect_refused "empty SKYTRAIN_DAEMON" 2 "no public key is known for daemon tcp://127.0.0.1:7100" -- "$(spec)"
 
 for p in "${daemon_pids[@]}"; do kill -0 "$p" || fail "a daemon died on bad input"; done
 
