@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zmq_addon.hpp>
 
+#include <type_traits>
 #include <vector>
 
 #include "compression/codec_registry.h"
@@ -14,6 +15,7 @@
 #include "daemon/net/refusal_metrics.h"
 #include "daemon/net/zap_handler.h"
 #include "daemon/ops/files.h"
+#include "daemon/ops/logging.h"
 #include "daemon/ops/memory_limit.h"
 #include "daemon/ops/metrics_server.h"
 #include "daemon/stage/stage_host.h"
@@ -158,6 +160,19 @@ std::optional<std::string> Daemon::answer(const zmq::message_t& body) {
     }
     const protocol::Envelope envelope = protocol::parseRequest(message);
     id = envelope.id;
+    // The log lines while it is answered carry who asked, and the stage a stage request names.
+    LogFields fields;
+    fields.peer = caller->name;
+    std::visit(
+        [&](const auto& m) {
+          if constexpr (std::is_base_of_v<protocol::StageRef, std::decay_t<decltype(m)>>) {
+            fields.job = m.job;
+            fields.stage = m.stage;
+            fields.replica = m.replica;
+          }
+        },
+        envelope.request);
+    LogScope logFields(std::move(fields));
     try {
       reply = handle(envelope.request, *caller);
     } catch (const Refusal& e) {

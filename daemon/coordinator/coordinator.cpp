@@ -10,6 +10,7 @@
 
 #include "daemon/coordinator/heartbeat.h"
 #include "daemon/coordinator/planning.h"
+#include "daemon/ops/logging.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/failures.h"
 #include "daemon/protocol/printable.h"
@@ -83,6 +84,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.attempt = attempt;
       prepare.resumeStep = fromStep;
       prepare.inputShape = inferInputShape(outputs, i, attempt);
+      prepare.dryRun = table_.progress(jobId_).dryRun;
       const auto reply =
           protocol::parsePrepareReply(clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout));
       data[i] = reply.dataEndpoint;
@@ -184,9 +186,11 @@ bool Coordinator::requestProfiles(int64_t step) {
 }
 
 void Coordinator::run() {
+  LogScope logFields({jobId_, -1, -1, -1, -1, ""});
   try {
     int attempt = resume_ ? table_.progress(jobId_).attempt + 1 : 0;
     while (true) {
+      threadLogFields().attempt = attempt;
       const int64_t from = table_.progress(jobId_).lastCheckpoint;
       if (attempt > 0) {
         table_.addEvent(jobId_, from >= 0 ? "attempt " + std::to_string(attempt) + ": resuming from the checkpoint of step " +

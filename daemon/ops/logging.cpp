@@ -58,7 +58,8 @@ class PrintableMessageFlag : public spdlog::custom_flag_formatter {
   static constexpr size_t kMaxLoggedBytes = 16384;
 };
 
-// The fields a log shipper filters by, from the words every message uses for them: "job
+// The fields a log shipper filters by, for lines logged where no LogScope sets them: from
+// the words every message uses for them: "job
 // <16 hex digits>", "stage <n>", "step <n>", "attempt <n>", "replica <n>" (the first of
 // each), and the peer named "'<name>' (daemon|client|admin)".
 nlohmann::json messageFields(std::string_view text) {
@@ -98,6 +99,17 @@ nlohmann::json messageFields(std::string_view text) {
   return fields;
 }
 
+// The thread's fields, over what the message's words say.
+void addThreadFields(nlohmann::json& record) {
+  const LogFields& f = threadLogFields();
+  if (!f.job.empty()) record["job"] = f.job;
+  if (f.stage >= 0) record["stage"] = f.stage;
+  if (f.replica >= 0) record["replica"] = f.replica;
+  if (f.attempt >= 0) record["attempt"] = f.attempt;
+  if (f.step >= 0) record["step"] = f.step;
+  if (!f.peer.empty()) record["peer"] = f.peer;
+}
+
 class JsonFormatter : public spdlog::formatter {
  public:
   explicit JsonFormatter(bool priorityPrefix) : priorityPrefix_(priorityPrefix) {}
@@ -118,6 +130,7 @@ class JsonFormatter : public spdlog::formatter {
                              {"thread", msg.thread_id},
                              {"message", std::string(msg.payload.data(), msg.payload.size())}};
     record.update(messageFields(std::string_view(msg.payload.data(), msg.payload.size())));
+    addThreadFields(record);
     const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     dest.append(line.data(), line.data() + line.size());
     dest.push_back('\n');
@@ -141,6 +154,11 @@ bool stderrIsJournal() {
 }
 
 }  // namespace
+
+LogFields& threadLogFields() {
+  thread_local LogFields fields;
+  return fields;
+}
 
 std::unique_ptr<spdlog::formatter> makeJsonFormatter(bool priorityPrefix) {
   return std::make_unique<JsonFormatter>(priorityPrefix);

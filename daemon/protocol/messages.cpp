@@ -209,6 +209,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     m.attempt = static_cast<int>(r.integer("attempt", 0, 0, 1 << 20));
     m.resumeStep = r.integer("resume_step", -1, -1, kBig);
     if (const json* shape = r.child("input_shape", false)) m.inputShape = parseSampleShape(*shape, r.pathOf("input_shape"));
+    m.dryRun = r.boolean("dry_run", false);
     return m;
   }
   if (type == "stage.start") {
@@ -274,6 +275,7 @@ struct ToJson {
     json j = ref("stage.prepare", m, {{"spec", m.spec}, {"coordinator", m.coordinator}, {"owner", m.owner}, {"proof", m.proof},
                                       {"attempt", m.attempt}, {"resume_step", m.resumeStep}});
     if (!m.inputShape.empty()) j["input_shape"] = m.inputShape;
+    if (m.dryRun) j["dry_run"] = true;
     return j;
   }
   json operator()(const StageStart& m) const {

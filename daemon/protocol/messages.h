@@ -58,6 +58,9 @@ struct StagePrepare : StageRef {
   // of what the previous stage outputs, which that stage's daemon reported when prepared
   // (its reply's "output_shape"). Empty otherwise.
   std::vector<int64_t> inputShape;
+  // `skytrain plan`: the stage is profiled, never trained, and leaves nothing on disk (no
+  // claim, no job folder). Only for a job id the sender proves it made, new to this daemon.
+  bool dryRun = false;
 };
 struct StageStart : StageRef {
   std::string previous, next;        // neighbours' data endpoints ("" at the ends)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "compression/codec_registry.h"
 #include "compression/tensor_frame.h"
@@ -138,7 +139,18 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
     throw Refusal(describe(request) + ": the job's id was not made by the daemon preparing it");
   }
   checkCoordinator(request, caller);
-  claimJob(options_.stateDir + "/jobs/" + request.job, request.job, caller, request.owner, /*mayCreate=*/proven);
+  const std::string jobRoot = options_.stateDir + "/jobs/" + request.job;
+  if (request.dryRun) {
+    // A plan is not a job: it claims nothing and writes nothing here. So it must be a new
+    // job the caller made, which no claim on disk could be overruling.
+    std::error_code ec;
+    if (!proven) throw Refusal(describe(request) + ": a dry run needs the job's proof");
+    if (std::filesystem::exists(jobRoot, ec) || ec) {
+      throw Refusal(describe(request) + ": a dry run of job " + request.job + ", which has state on this daemon");
+    }
+  } else {
+    claimJob(jobRoot, request.job, caller, request.owner, /*mayCreate=*/proven);
+  }
   StageAssignment a;
   a.jobId = request.job;
   a.attempt = request.attempt;
@@ -196,8 +208,10 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   // Copies after the first keep their checkpoints and final weights apart (two may share a
   // daemon); the job's export reads replica 0's.
   a.jobDir = options_.stateDir + "/jobs/" + a.jobId + (a.replica > 0 ? "/replica-" + std::to_string(a.replica) : "");
-  makeDirectories(a.jobDir);
-  recordStageOwner(a.jobDir, a.stage, caller, request.owner);
+  if (!request.dryRun) {
+    makeDirectories(a.jobDir);
+    recordStageOwner(a.jobDir, a.stage, caller, request.owner);
+  }
   auto mailbox = router_.open(a.jobKey, static_cast<uint16_t>(a.stage));
   const auto& part = a.spec.stages[a.stage];
   const std::string what = part.lastLayer > 0 ? "layers [" + std::to_string(part.firstLayer) + ", " +

@@ -6,6 +6,7 @@
 
 #include "daemon/net/replica_group.h"
 #include "daemon/ops/files.h"
+#include "daemon/ops/logging.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/failures.h"
 #include "daemon/protocol/messages.h"
@@ -96,6 +97,7 @@ bool StageWorker::waitForStart() {
 
 void StageWorker::run() {
   const auto& a = assignment_;
+  LogScope logFields({a.jobId, a.stage, a.replica, a.attempt, -1, ""});
   const std::string name = protocol::describeSlot(a.spec, protocol::slotOf(a.spec, a.stage, a.replica));  // for the log
   std::unique_ptr<protocol::ControlClient> coordinator;
   try {
@@ -188,6 +190,7 @@ void StageWorker::run() {
     spdlog::info("job {} {}: running steps {}..{}", a.jobId, name, firstStep + 1, a.spec.steps);
     const int steps = a.spec.steps;
     for (int step = firstStep; step < steps; ++step) {
+      threadLogFields().step = step + 1;
       if (aborted_) throw Aborted{};
       if (profileDue(step)) {
         runner.drain();  // the delayed update's last round ends before the probes

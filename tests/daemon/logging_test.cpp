@@ -3,6 +3,7 @@
 #include <spdlog/details/log_msg.h>
 
 #include <regex>
+#include <thread>
 
 #include "daemon/ops/logging.h"
 
@@ -74,4 +75,35 @@ TEST_CASE("a JSON log line carries job, stage, step, attempt and peer as fields;
   CHECK_FALSE(none.contains("peer"));
   const std::string text = formatted(*makeTextFormatter(false), spdlog::level::info, "hello");
   CHECK(std::regex_search(text, std::regex(R"(^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [+-]\d\d:\d\d\] \[info\] hello)")));
+}
+
+TEST_CASE("the fields a thread is working for are data in its JSON lines, over the message's words") {
+  auto formatter = makeJsonFormatter(false);
+  {
+    LogScope scope({"00000000000000aa", 2, 1, 3, 17, "cloud-b"});
+    const auto record = nlohmann::json::parse(
+        formatted(*formatter, spdlog::level::info, "job 0123456789abcdef stage 0: something at step 5"));
+    CHECK(record["job"] == "00000000000000aa");
+    CHECK(record["stage"] == 2);
+    CHECK(record["replica"] == 1);
+    CHECK(record["attempt"] == 3);
+    CHECK(record["step"] == 17);
+    CHECK(record["peer"] == "cloud-b");
+    {
+      LogScope inner({"", -1, -1, -1, -1, "laptop-1"});  // a nested scope replaces, and restores at its end
+      const auto nested = nlohmann::json::parse(formatted(*formatter, spdlog::level::info, "a request"));
+      CHECK(nested["peer"] == "laptop-1");
+      CHECK_FALSE(nested.contains("job"));
+    }
+    threadLogFields().step = 18;  // the worker moves on a step
+    CHECK(nlohmann::json::parse(formatted(*formatter, spdlog::level::info, "x"))["step"] == 18);
+  }
+  const auto after = nlohmann::json::parse(formatted(*formatter, spdlog::level::info, "no scope"));
+  CHECK_FALSE(after.contains("job"));
+  CHECK_FALSE(after.contains("step"));
+  // Other threads have their own.
+  std::thread([&] {
+    const auto other = nlohmann::json::parse(formatted(*formatter, spdlog::level::info, "elsewhere"));
+    CHECK_FALSE(other.contains("peer"));
+  }).join();
 }

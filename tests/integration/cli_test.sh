@@ -90,6 +90,12 @@ cat "$work/plan"
 grep -q "link 0->1" "$work/plan" || fail "plan shows no link"
 for m in 1 2 4 8; do grep -qE "^ +$m +1f1b " "$work/plan" || fail "plan table lacks m=$m"; done
 [ "$(grep -c '<- chosen' "$work/plan")" -eq 1 ] || fail "plan must mark one choice"
+# A plan is not a job: no stage daemon keeps a folder (or an owner's claim) for it.
+plan_id=$(awk '/^profiling job/ {print $3}' "$work/plan")
+[ -n "$plan_id" ] || fail "plan names no job id"
+for dir in "$work/a" "$work/b"; do
+  [ ! -e "$dir/jobs/$plan_id" ] || fail "plan left $dir/jobs/$plan_id: $(ls "$dir/jobs/$plan_id")"
+done
 python3 - "$work/good" <<'PY' || fail "loss did not fall"
 import re, sys
 losses = [float(m.group(1)) for m in re.finditer(r"loss (\d+\.\d+)", open(sys.argv[1]).read())]
