@@ -158,6 +158,14 @@ TEST_CASE("ownership is not hearsay: no daemon can re-prepare a finished job for
   CHECK_THAT(errorOf(coordinator, prepare(job, proof, 0, 1, spec, a.control(), mallory)),
              Catch::Contains("belongs to another owner here"));
 
+  // A dry run claims nothing, so it is only for a new job its sender made: not one with state
+  // here (whoever sends it), nor one without a proof.
+  Json dryRun = prepare(job, proof, 1, 2, spec, a.control(), mallory);
+  dryRun["dry_run"] = true;
+  CHECK_THAT(errorOf(coordinator, dryRun), Catch::Contains("a dry run of job " + job + ", which has state on this daemon"));
+  dryRun["proof"] = "";
+  CHECK_THAT(errorOf(coordinator, dryRun), Catch::Contains("a dry run needs the job's proof"));
+
   const Json exportRequest = {{"type", "export"}, {"job", job}, {"stage", 1}, {"step", -1}, {"offset", 0}};
   protocol::ControlClient asMallory(context, b.control(), keys.as("mallory", b.publicKey()));
   CHECK_THAT(errorOf(asMallory, exportRequest), Catch::Contains("does not own the job"));
