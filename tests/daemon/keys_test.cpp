@@ -60,6 +60,30 @@ TEST_CASE("a secret key file readable by others, or inconsistent, is refused") {
   CHECK_THROWS_WITH(readBoundedFile("/dev/zero", 100, "key"), Catch::Contains("not a regular file"));
 }
 
+TEST_CASE("keygen creates a missing folder 0700; a public key file is not taken for a secret one, nor the reverse") {
+  ScratchDir scratch;
+  const fs::path dir = scratch.path / "new" / "keys";
+  REQUIRE_FALSE(fs::exists(dir));
+  const KeyPair keys = generateKeyPair("cloud-a");
+  const std::string secret = writeKeyPair(keys, dir.string());
+  struct stat st {};
+  REQUIRE(::stat(dir.c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0700);
+  const std::string pub = (dir / "cloud-a.pub").string();
+  // A NAME.pub given as --key: named as a public key file, not "chmod 600 it".
+  CHECK_THROWS_WITH(loadKeyPair(pub), Catch::Contains("\"" + pub + "\" is a public key file; give the secret key file") &&
+                                          !Catch::Contains("chmod 600"));
+  // A NAME.key given where a public key belongs, as a path or as @FILE.
+  CHECK_THROWS_WITH(publicKeyArgument(secret), Catch::Contains("\"" + secret + "\" is a secret key file: give its NAME.pub"));
+  CHECK_THROWS_WITH(publicKeyArgument("@" + secret), Catch::Contains("is a secret key file"));
+  std::string name;
+  CHECK(publicKeyArgument("@" + pub, &name) == keys.publicKey);
+  CHECK(name == "cloud-a");
+  CHECK_THROWS_WITH(publicKeyArgument((dir / "missing.pub").string()),
+                    Catch::Contains("is neither a 40-character Z85 public key nor a file: No such file or directory"));
+}
+
 TEST_CASE("authorized keys: roles and names, errors name the line") {
   const KeyPair a = generateKeyPair("a"), b = generateKeyPair("b");
   const auto keys = parseAuthorizedKeys("# comment\n\n" + a.publicKey + " admin alice\n  " + b.publicKey +

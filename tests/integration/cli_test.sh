@@ -129,6 +129,17 @@ rc=0; "$daemon" --confg x.json > "$work/typo" 2>&1 || rc=$?
 "$cli" validate "$(spec)" | grep -q "a valid job spec" || fail "validate refused a valid spec"
 rc=0; "$cli" validate "$(spec 's["stpes"] = 3')" > "$work/invalid" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'did you mean "steps"' "$work/invalid" || { cat "$work/invalid"; fail "validate: exit $rc"; }
+# A file error carries the OS reason.
+rc=0; "$cli" validate "$work/missing.json" > /dev/null 2> "$work/missing" || rc=$?
+[ "$rc" -eq 2 ] && grep -qF "\"$work/missing.json\" cannot be opened: No such file or directory" "$work/missing" ||
+  { cat "$work/missing"; fail "a missing spec file: exit $rc, or no OS reason"; }
+# $XDG_CONFIG_HOME: trust without --file (and without $SKYTRAIN_KNOWN_DAEMONS) writes
+# $XDG_CONFIG_HOME/skytrain/known_daemons, creating its folder.
+env -u SKYTRAIN_KNOWN_DAEMONS XDG_CONFIG_HOME="$work/xdg" "$cli" trust tcp://127.0.0.1:9 "@$work/keys/daemon1.pub" \
+  > "$work/trust" 2>&1 || { cat "$work/trust"; fail "trust without --file failed"; }
+grep -qF "added to $work/xdg/skytrain/known_daemons" "$work/trust" || { cat "$work/trust"; fail "trust names another file"; }
+[ "$(cat "$work/xdg/skytrain/known_daemons" 2> /dev/null)" = "tcp://127.0.0.1:9 $(cut -d' ' -f1 "$work/keys/daemon1.pub")" ] ||
+  fail "trust did not write the line to \$XDG_CONFIG_HOME/skytrain/known_daemons"
 "$cli" list --json > "$work/list.json"
 python3 - "$work/list.json" "$job" "$good_job" <<'PY' || fail "list --json is not newest first, or shows a dry run"
 import json, sys
@@ -154,7 +165,20 @@ running=$(awk '/submitted job/ {print $3}' "$work/sigint.out")
 sleep 0.5
 "$cli" status "$running" | grep -qE ": (preparing|running)," || fail "the job did not keep running after Ctrl-C"
 "$cli" cancel "$running" > /dev/null
-echo "ok: conventions (typo and usage exit 2, validate, list --json/--state, id prefixes, Ctrl-C)"
+# Ctrl-C with --cancel-on-interrupt: the CLI cancels the job and says so.
+"$cli" submit --cancel-on-interrupt "$(spec 's["steps"] = 100000')" > "$work/sigint2.out" 2> "$work/sigint2.err" &
+submitter=$!
+for _ in $(seq 100); do grep -q "submitted job" "$work/sigint2.out" 2> /dev/null && break; sleep 0.1; done
+kill -INT "$submitter"
+rc=0; wait "$submitter" || rc=$?
+interrupted=$(awk '/submitted job/ {print $3}' "$work/sigint2.out")
+[ "$rc" -eq 130 ] && grep -qF "interrupted: job $interrupted cancelled (--cancel-on-interrupt)" "$work/sigint2.err" ||
+  { cat "$work/sigint2.err"; fail "Ctrl-C with --cancel-on-interrupt: exit $rc"; }
+grep -q "keeps running" "$work/sigint2.err" && fail "--cancel-on-interrupt says the job keeps running"
+state=
+for _ in $(seq 50); do "$cli" status "$interrupted" | grep -q '": cancelled, step ' && { state=cancelled; break; }; sleep 0.1; done
+[ "$state" = cancelled ] || { "$cli" status "$interrupted"; fail "Ctrl-C with --cancel-on-interrupt left the job running"; }
+echo "ok: conventions (typo and usage exit 2, validate, OS reasons, \$XDG_CONFIG_HOME, list --json/--state, id prefixes, Ctrl-C, --cancel-on-interrupt)"
 
 for p in "${daemon_pids[@]}"; do kill -0 "$p" || fail "a daemon died"; done
 echo "cli_test: all passed"

@@ -79,9 +79,9 @@ echo "ok: logs (text, --json, -f --json, -f on a terminal with a bar)"
 "$cli" status --json "$plain" > "$work/status.json"
 python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen('http://' + sys.argv[1] + '/metrics', timeout=10).read().decode())" "$A_METRICS" > "$work/metrics.txt" || fail "no /metrics from A"
 ls "$work/a/jobs/$plain/checkpoints" > "$work/ckpt_a.txt"
-python3 - "$work/plain.out" "$work/logs.txt" "$work/logs.jsonl" "$work/status.json" "$work/metrics.txt" "$work/ckpt_a.txt" "$plain" <<'PY' || fail "the interfaces number steps differently"
+python3 - "$work/plain.out" "$work/logs.txt" "$work/logs.jsonl" "$work/status.json" "$work/metrics.txt" "$work/ckpt_a.txt" "$plain" "$work/b/daemon.log" <<'PY' || fail "the interfaces number steps differently"
 import json, re, sys
-progress, text, jsonl, status, metrics, ckpt, job = sys.argv[1:]
+progress, text, jsonl, status, metrics, ckpt, job, stage_log = sys.argv[1:]
 last = {}
 last["progress"] = int(re.findall(r"^step +(\d+)/30", open(progress).read(), re.M)[-1])
 last["logs"] = int(re.findall(r"^step +(\d+)/30", open(text).read(), re.M)[-1])
@@ -101,7 +101,19 @@ assert evals == validations == {10, 20, 30}, (evals, validations)
 assert sorted(s["checkpoints"]) == sorted(int(n[5:]) for n in open(ckpt).read().split()) == [10, 20, 30], s["checkpoints"]
 assert min(r["step"] for r in rows if r["type"] == "step") == 1
 assert s["plans"][0]["from_step"] == 1, s["plans"][0]
-print("ok: one step numbering: the last step is 30 in", ", ".join(last))
+# The stage daemon's JSON log lines (daemon B, log_format json) for the job: every "step"
+# field is within 1..30, and one the message names ("from step 1: ...") is the same number.
+logged = []
+for line in open(stage_log):
+    record = json.loads(re.match(r"<[0-7]>(\{.*\})$", line.rstrip("\n")).group(1))
+    if record.get("job") != job or "step" not in record:
+        continue
+    logged.append(record["step"])
+    assert 1 <= record["step"] <= 30, record
+    named = re.search(r"\bstep (\d+)", record["message"])
+    assert not named or int(named.group(1)) == record["step"], record
+assert logged, "daemon B logged no line with a step field for job " + job
+print("ok: one step numbering: the last step is 30 in", ", ".join(last), "; daemon B's log steps:", sorted(set(logged)))
 PY
 
 # plot: two jobs against step and against wall-clock time.

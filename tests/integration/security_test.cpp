@@ -111,13 +111,19 @@ TEST_CASE("authorisation: a client sees and cancels only its own jobs; an admin 
   CHECK(bob.request({{"type", "list"}}, seconds(5))["jobs"].empty());
   CHECK(alice.request({{"type", "list"}}, seconds(5))["jobs"].size() == 1);
   CHECK(root.request({{"type", "list"}}, seconds(5))["jobs"].size() == 1);
-  // A client may not drive stages, whoever's they are.
+  // A client may not drive stages, whoever's they are; the refusal names the key, its name
+  // and role here, and the role needed.
   expectError([&] { bob.request({{"type", "stage.abort"}, {"job", job}, {"stage", 0}}, seconds(5)); },
-              "stage.abort is for daemons");
+              "stage.abort is for daemons: the key " + keys.get("bob").publicKey.substr(0, 8) +
+                  "... is in this daemon's authorized_keys as 'bob' with role client; this request needs role daemon");
   // A daemon that is not the job's coordinator may not either.
   protocol::ControlClient otherDaemon(context, a.control(), keys.as("ownb", a.publicKey()));
   expectError([&] { otherDaemon.request({{"type", "stage.abort"}, {"job", job}, {"stage", 0}}, seconds(5)); },
               "takes requests only from its job's coordinator");
+  // Nor make a client's request: named the same way.
+  expectError([&] { otherDaemon.request({{"type", "list"}}, seconds(5)); },
+              "list is for clients: the key " + keys.get("ownb").publicKey.substr(0, 8) +
+                  "... is in this daemon's authorized_keys as 'ownb' with role daemon; this request needs role client or admin");
   CHECK(alice.request({{"type", "status"}, {"job", job}}, seconds(5))["job"]["owner"] == "alice");
   CHECK(root.request({{"type", "status"}, {"job", job}}, seconds(5))["job"]["state"] != "cancelled");
   CHECK(root.request({{"type", "cancel"}, {"job", job}}, seconds(5))["state"] == "cancelled");
