@@ -33,8 +33,8 @@ s = json.load(sys.stdin)
 m = s['summary']
 import statistics
 print(s['state'], m.get('final_loss', float('nan')), m.get('validation_loss', float('nan')), sum(1 for r in s['steps'] if r.get('skipped')),
-      statistics.median(r['step_s'] for r in s['steps']))")
-  echo "seed $seed: state, train loss (last 10), validation loss, skipped steps, median step s: $line"
+      statistics.median(r['step_s'] for r in s['steps']), statistics.median(r['bytes_sent'] for r in s['steps']))")
+  echo "seed $seed: state, train loss (last 10), validation loss, skipped steps, median step s, median bytes sent a step: $line"
   results+=("$line")
 done
 printf '%s\n' "${results[@]}" | python3 -c "
@@ -45,4 +45,5 @@ for i, what in ((1, 'train loss'), (2, 'validation loss')):
     sd = st.stdev(v) if len(v) > 1 else 0.0
     print(f'{what}: mean {st.mean(v):.4f}, min-max {min(v):.4f}-{max(v):.4f}, std {sd:.4f} over {len(v)} seeds')
 print(f'median step time: mean {st.mean(float(r[4]) for r in rows):.4f} s over {len(rows)} seeds')
+print(f'bytes sent a step: {st.mean(float(r[5]) for r in rows):.0f} (median of each run, mean over seeds)')
 print('succeeded:', sum(r[0] == 'succeeded' for r in rows), 'of', len(rows))"

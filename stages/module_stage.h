@@ -23,8 +23,9 @@ struct ModuleHooks {
   std::function<NamedTensors()> buffers;
   // The last stage's loss of (output, targets); empty: Stage's cross-entropy.
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss;
-  // Optional: Stage's setTargets, generate and adopt (empty: the defaults).
+  // Optional: Stage's setTargets, setTokens, generate and adopt (empty: the defaults).
   std::function<void(const at::Tensor&)> setTargets;
+  std::function<void(const at::Tensor&)> setTokens;
   std::function<at::Tensor(const at::Tensor&, int)> generate;
   std::function<std::vector<std::string>(const std::function<at::Tensor(const std::string&)>&)> adopt;
 };
@@ -56,6 +57,9 @@ class ModuleStage : public Stage {
     return true;
   }
   void setTargets(const at::Tensor& targets) override;
+  void setTokens(const at::Tensor& ids) override {
+    if (hooks_.setTokens) hooks_.setTokens(ids);
+  }
   at::Tensor generate(const at::Tensor& input, int maxTokens) override;
   std::vector<std::string> adopt(const std::function<at::Tensor(const std::string&)>& find) override;
 

@@ -52,6 +52,10 @@ class Stage {
   // The targets of the micro-batch the next forward() or infer() runs, for a last stage
   // that also reads them as input (a translation decoder, teacher-forced); others ignore them.
   virtual void setTargets(const at::Tensor& targets) {}
+  // The token ids of the micro-batch the next forward() or infer() runs, for a stage that
+  // rebuilds part of its input from them (a subspace model's stages after the first:
+  // stages/models/gpt.h); others ignore them.
+  virtual void setTokens(const at::Tensor& ids) {}
   // Greedy decoding from the input (a decoder stage: the encoder's output), at most
   // maxTokens tokens a sample; int64 [b, <= maxTokens]. Throws on a stage that cannot.
   virtual at::Tensor generate(const at::Tensor& input, int maxTokens);

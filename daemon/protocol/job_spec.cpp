@@ -263,6 +263,13 @@ JobSpec parseJobSpec(const std::string& text) {
   }
   checkReplicas(spec);
   if (isLayered(spec.model.kind)) checkTiling(spec.stages, spec.model.layers);
+  for (size_t i = 0; i < spec.stages.size() && spec.model.subspace.enabled(); ++i) {
+    if (!spec.stages[i].initFrom.empty()) {
+      throw SpecError("$.stages[" + std::to_string(i) + "].init_from",
+                      "cannot be combined with model.subspace: bringing a pretrained model into the subspace form "
+                      "is not built yet");
+    }
+  }
   if (spec.model.kind == "translation" && spec.stages.size() != 2) {
     throw SpecError("$.stages", "a translation model has two stages: the encoder, then the decoder");
   }

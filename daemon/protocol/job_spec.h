@@ -45,6 +45,13 @@ struct SplitPointSpec {
   bool keepResidual = false;
 };
 
+// A subspace model (Protocol Models; stages/models/gpt.h): every block writes into one
+// fixed k-dimensional subspace of the residual stream, so k numbers a token cross each cut.
+struct SubspaceSpec {
+  int rank = 0;  // k; 0: off
+  bool enabled() const { return rank > 0; }
+};
+
 // The model kinds a spec may name (stages/models/model_source.h has their sources).
 inline const std::vector<std::string>& modelKinds() {
   static const std::vector<std::string> kinds{"classifier", "electra", "encoder", "gpt", "gpt2", "llama",
@@ -82,6 +89,7 @@ struct ModelSpec {
   // one matrix (a tied embedding and head), kept equal across stages as tie_embeddings does.
   std::vector<std::pair<std::string, std::string>> tied;
   SplitPointSpec splitPoint;
+  SubspaceSpec subspace;
   // ELECTRA: each generator's sizes (the fields above are the discriminator's), and the
   // share of tokens the generators mask.
   struct Generator {
@@ -248,6 +256,14 @@ struct JobSpec {
 
 // A fan-in (every stage but the last feeds the last token IDs) rather than a chain.
 inline bool isFanIn(const JobSpec& spec) { return spec.model.kind == "electra"; }
+// Whether a stage reads the job's data: a chain's first stage (its input) and last (its
+// targets), every stage of a subspace model (each rebuilds the hidden state from the token
+// ids), a fan-in's producers.
+inline bool readsData(const JobSpec& spec, int stage) {
+  const bool last = stage + 1 == static_cast<int>(spec.stages.size());
+  if (isFanIn(spec)) return !last;
+  return stage == 0 || last || spec.model.subspace.enabled();
+}
 // A kind whose stages after the first take stages[i].input_shape (torchscript): given in
 // the spec, or inferred when the job is prepared.
 inline bool takesInputShapes(const JobSpec& spec) { return spec.model.kind == "torchscript"; }

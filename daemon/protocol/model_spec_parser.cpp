@@ -26,6 +26,29 @@ SplitPointSpec parseSplitPoint(ObjectReader r, const ModelSpec& m) {
   return s;
 }
 
+// model.subspace: {"rank": k}, for the zoo's GPT decoders; what the blocks it changes cannot
+// also have is refused with the reason.
+SubspaceSpec parseSubspace(ObjectReader r, const ModelSpec& m, const ObjectReader& model) {
+  SubspaceSpec s;
+  s.rank = static_cast<int>(r.integer("rank", std::nullopt, 1, m.dModel));
+  r.finish();
+  const std::string path = model.pathOf("subspace");
+  if (m.kind != "gpt" && m.kind != "gpt2") {
+    throw SpecError(path, "is built for the gpt and gpt2 kinds (causal decoders), not \"" + m.kind + "\"");
+  }
+  auto refuse = [&](const char* field, const std::string& why) {
+    throw SpecError(path, std::string("cannot be combined with model.") + field + ": " + why);
+  };
+  if (m.splitPoint.block >= 0) refuse("split_point", "both decide what crosses a cut");
+  if (m.adapter > 0) refuse("adapter", "an adapter's output would leave the subspace");
+  if (m.recompute != "none") refuse("recompute", "not built for subspace blocks yet");
+  if (m.tieEmbeddings) refuse("tie_embeddings", "the head reads the full hidden state; set it to false");
+  if (!m.initFrom.empty()) {
+    refuse("init_from", "bringing a pretrained model into the subspace form is not built yet");
+  }
+  return s;
+}
+
 }  // namespace
 
 std::vector<std::string> parseInitFrom(ObjectReader& r) {
@@ -192,6 +215,9 @@ ModelSpec parseModelSpec(ObjectReader r) {
   if (m.kind == "electra" || m.kind == "encoder") m.maskRate = r.number("mask_rate", m.maskRate, 0.01, 0.9);
   if (const auto* split = r.child("split_point", false)) {
     m.splitPoint = parseSplitPoint(ObjectReader(*split, r.pathOf("split_point")), m);
+  }
+  if (const auto* subspace = r.child("subspace", false)) {
+    m.subspace = parseSubspace(ObjectReader(*subspace, r.pathOf("subspace")), m, r);
   }
   if (m.kind == "llama" || bert) {  // these blocks have neither (stages/models/llama.h, bert.h)
     for (const char* field : {"adapter", "split_point", "dropout"}) {

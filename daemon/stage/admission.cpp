@@ -92,11 +92,6 @@ void resolveTokenFiles(std::vector<std::string>& files, protocol::DataSpec& data
   files = std::move(out);
 }
 
-bool readsData(const protocol::JobSpec& spec, int stage) {
-  const bool last = stage + 1 == static_cast<int>(spec.stages.size());
-  return protocol::isFanIn(spec) ? !last : stage == 0 || last;
-}
-
 // The text a stage reads: its own files (a fan-in's producers), else data.files.
 const std::vector<std::string>& filesOf(const protocol::JobSpec& spec, int stage) {
   const auto& own = spec.stages[stage].dataFiles;
@@ -126,7 +121,7 @@ void resolveDataFiles(protocol::JobSpec& spec, int stage, const std::vector<std:
   for (size_t i = 0; i < ownInit.size(); ++i) {
     ownInit[i] = resolve(ownInit[i], "$.stages[" + std::to_string(stage) + "].init_from[" + std::to_string(i) + "]", roots, true);
   }
-  if (!readsData(spec, stage)) return;
+  if (!protocol::readsData(spec, stage)) return;
   if (spec.data.format == "tokens") {
     for (size_t i = 0; i < spec.data.evalFiles.size(); ++i) {
       spec.data.evalFiles[i] = resolve(spec.data.evalFiles[i], "$.data.eval_files[" + std::to_string(i) + "]", roots);
@@ -199,11 +194,11 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, dou
       m.dataBytes += static_cast<double>(compression::readSafetensorsHeader(file).fileBytes);
     }
   }
-  if (readsData(spec, stage) && spec.data.format == "tokens") {
+  if (protocol::readsData(spec, stage) && spec.data.format == "tokens") {
     // Mapped, not read: the windows a step touches are page cache, and an index is checked
     // in one pass that drops its pages behind it (stages/token_files.h).
     m.dataBytes += 32.0 * 1024 * 1024;
-  } else if (readsData(spec, stage)) {
+  } else if (protocol::readsData(spec, stage)) {
     for (const auto& file : filesOf(spec, stage)) {
       const auto size = std::filesystem::file_size(file, ec);
       // The text, its tokens (int32) and their train/validation copies.

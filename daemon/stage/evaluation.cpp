@@ -47,6 +47,7 @@ std::optional<double> Evaluation::run(uint64_t step) {
                                  : links_.receive(links_.previous(), FrameDirection::Eval, step, chunk,
                                                   executor_.boundaryShape(context_.stage, count), batch.inputs);
     if (last && data_) model_.setTargets(batch.targets);
+    if (data_) model_.setTokens(batch.inputs);
     const at::Tensor output = model_.infer(input);
     if (last) {
       torch::NoGradGuard noGrad;

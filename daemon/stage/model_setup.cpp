@@ -71,6 +71,7 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   c.positions = m.positions;
   c.tieEmbeddings = m.tieEmbeddings;
   c.recompute = m.recompute == "block";
+  c.subspaceRank = m.subspace.rank;
   return c;
 }
 

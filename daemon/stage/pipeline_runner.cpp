@@ -48,8 +48,7 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
 
   fanIn_ = source_->fanIn();
   delayed_ = facts.delayed;
-  const bool readsData = fanIn_ ? !isLast() : isFirst() || isLast();
-  if (readsData) data_ = source_->makeData(dataConfig(spec, stage), stage);
+  if (protocol::readsData(spec, stage)) data_ = source_->makeData(dataConfig(spec, stage), stage);
   objective_ = source_->objective(data_.get());
   if (data_) {
     const int needed = data_->tokenizer().vocabSize() + objective_->extraTokens();

@@ -75,12 +75,15 @@ at::Tensor Profiler::randomInput(int64_t samples, at::Generator& generator) cons
   const auto shape = source_.inputShape(context_.stage, samples);
   // A stage that reads its targets as input too (a decoder) gets real ones.
   if (context_.isLast() && data_) model_.setTargets(data_->trainBatch(0, 0, static_cast<int>(samples)).targets);
-  if (context_.isFirst()) {
-    // Token ids its data can hold: those of the stage's tokenizer, within vocab_size.
-    int64_t ids = context_.spec.model.vocabSize;
-    if (data_) ids = std::min<int64_t>(ids, data_->tokenizer().vocabSize());
-    return torch::randint(0, std::max<int64_t>(1, ids), shape, generator, torch::kLong).to(context_.device);
-  }
+  // Token ids its data can hold: those of the stage's tokenizer, within vocab_size.
+  int64_t ids = context_.spec.model.vocabSize;
+  if (data_) ids = std::min<int64_t>(ids, data_->tokenizer().vocabSize());
+  auto tokens = [&](std::vector<int64_t> sizes) {
+    return torch::randint(0, std::max<int64_t>(1, ids), sizes, generator, torch::kLong).to(context_.device);
+  };
+  if (context_.isFirst()) return tokens(shape);
+  // A stage that rebuilds part of its input from the token ids (a subspace model) gets some.
+  if (context_.spec.model.subspace.enabled()) model_.setTokens(tokens({shape[0], shape[1]}));
   return torch::randn(shape, generator).to(context_.device);
 }
 

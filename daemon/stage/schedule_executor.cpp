@@ -65,6 +65,7 @@ void ScheduleExecutor::forward(uint64_t step, int microBatch, stages::Stage& sta
   {
     Timed timed(counters_.computeSeconds);
     if (context_.isLast() && data_) stage.setTargets(data.targets);
+    if (data_) stage.setTokens(data.inputs);
     output = stage.forward(microBatch, input);
     if (context_.isLast()) {
       // The stage keeps the graph; the loss's gradient w.r.t. the logits is taken here and

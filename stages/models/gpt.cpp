@@ -4,6 +4,7 @@
 
 #include "scheduler/error.h"
 #include "stages/models/gpt_modules.h"
+#include "stages/models/subspace_modules.h"
 #include "stages/module_stage.h"
 
 namespace skytrain::stages {
@@ -42,6 +43,15 @@ std::vector<std::string> adoptFactors(detail::GptSlice& slice, const std::functi
 std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int lastLayer, uint64_t seed,
                                     std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss) {
   detail::validate(config, firstLayer, lastLayer);
+  if (config.subspaceRank > 0) {
+    auto slice = std::make_shared<detail::SubspaceSlice>(config, firstLayer, lastLayer, seed);
+    detail::initialiseSubspace(*slice, config, seed);
+    ModuleHooks hooks = ModuleStage::hooksOf(slice);
+    hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
+    hooks.setTokens = [slice](const at::Tensor& ids) { slice->setTokens(ids); };
+    hooks.loss = std::move(loss);
+    return std::make_unique<ModuleStage>(std::move(hooks));
+  }
   auto slice = std::make_shared<detail::GptSlice>(config, firstLayer, lastLayer);
   detail::initialise(*slice, config, seed);
   ModuleHooks hooks = ModuleStage::hooksOf(slice);
@@ -53,6 +63,7 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
 
 std::vector<int64_t> gptInputShape(const GptConfig& c, int firstLayer, int64_t samples) {
   if (firstLayer == 0) return {samples, c.seqLen};
+  if (c.subspaceRank > 0) return {samples, c.seqLen, c.subspaceRank};
   int64_t width = c.dModel;
   if (c.split.enabled() && c.split.block == firstLayer - 1) width = c.split.rank + (c.split.keepResidual ? c.dModel : 0);
   return {samples, c.seqLen, width};
@@ -65,12 +76,21 @@ double gptStashBytesPerSample(const GptConfig& c, int firstLayer, int lastLayer)
   double floats = c.recompute && !c.crossAttention ? (lastLayer - firstLayer) * t * c.dModel + block
                                                    : (lastLayer - firstLayer) * block;
   if (lastLayer == c.layers) floats += 2.0 * t * (c.outputs > 0 ? c.outputs : c.vocabSize);
+  if (c.subspaceRank > 0) floats += (lastLayer - firstLayer + 1) * 2.0 * t * c.dModel;  // F and each rebuilt h
   return 4.0 * floats;
 }
 
 int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
   detail::validate(c, firstLayer, lastLayer);
   const int64_t d = c.dModel, ff = c.dFf;
+  if (c.subspaceRank > 0) {
+    const int64_t k = c.subspaceRank, t = c.positions > 0 ? c.positions : c.seqLen;
+    const int64_t block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * k + k) + (d * ff + ff) + (ff * k + k);
+    int64_t count = block * (lastLayer - firstLayer) + int64_t{c.vocabSize} * d + t * d + d * k;  // + the frozen frame
+    if (firstLayer == 0) count += int64_t{c.vocabSize} * k + t * k;
+    if (lastLayer == c.layers) count += 2 * d + d * c.vocabSize;
+    return count;
+  }
   int64_t block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d);
   if (c.crossAttention) block += 2 * d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d);
   if (c.adapter > 0) block += (c.crossAttention ? 3 : 2) * (2 * d * c.adapter + c.adapter + d);

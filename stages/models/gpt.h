@@ -51,6 +51,14 @@ struct GptConfig {
   // Activation recompute: each block keeps only its input for the backward, and runs its
   // forward again there (stages/recompute.h). Blocks that attend to memory keep theirs.
   bool recompute = false;
+  // A subspace model (Protocol Models, Ramasinghe et al. 2025) when > 0: the residual stream
+  // is h = F + c Uᵀ, F = a frozen token table's row + a frozen position row (d_model wide, drawn
+  // from the seed), U a fixed orthonormal d_model x k basis, and c the k coefficients the
+  // model trains: the token and position embeddings' trainable parts are k wide, and every
+  // block's two output projections (attention's and the MLP's) write k numbers into c. Each
+  // stage rebuilds F from the token ids it reads itself, so exactly k numbers a token cross a
+  // cut, and the gradient crossing back is the k-wide dL/dc. The head reads the whole h.
+  int subspaceRank = 0;
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds
@@ -69,7 +77,7 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
 
 // Shape of the input of the stage starting at firstLayer, for `samples` sequences: token ids
 // [samples, T] on the first stage, else [samples, T, width] with the width of what crosses
-// the boundary (d_model, or the split point's r (+ d_model with its residual)).
+// the boundary (d_model, the split point's r (+ d_model with its residual), or the subspace's k).
 std::vector<int64_t> gptInputShape(const GptConfig& config, int firstLayer, int64_t samples);
 
 // Estimated activation memory the stage keeps per in-flight sample for its backward
@@ -77,7 +85,8 @@ std::vector<int64_t> gptInputShape(const GptConfig& config, int firstLayer, int6
 double gptStashBytesPerSample(const GptConfig& config, int firstLayer, int lastLayer);
 
 // Parameter count of blocks [firstLayer, lastLayer) with the embeddings/head they hold,
-// without a split point.
+// without a split point. A subspace stage also holds its frozen tables and basis, which count
+// here too (they take memory like weights, but neither train nor get optimizer state).
 int64_t gptParameterCount(const GptConfig& config, int firstLayer, int lastLayer);
 
 }  // namespace skytrain::stages

@@ -28,14 +28,15 @@ at::Tensor drawWeight(const std::string& name, const std::vector<int64_t>& shape
 
 torch::Tensor gelu(const torch::Tensor& x, bool tanh) { return tanh ? torch::gelu(x, "tanh") : torch::gelu(x); }
 
-Attention::Attention(const GptConfig& c, bool cross) : heads(c.heads), dropout(c.dropout), causal(c.causal && !cross) {
+Attention::Attention(const GptConfig& c, bool cross, int64_t outputs)
+    : heads(c.heads), dropout(c.dropout), causal(c.causal && !cross) {
   if (cross) {
     q = register_module("q", nn::Linear(c.dModel, c.dModel));
     kv = register_module("kv", nn::Linear(c.dModel, 2 * c.dModel));
   } else {
     qkv = register_module("qkv", nn::Linear(c.dModel, 3 * c.dModel));
   }
-  proj = register_module("proj", nn::Linear(c.dModel, c.dModel));
+  proj = register_module("proj", nn::Linear(c.dModel, outputs > 0 ? outputs : c.dModel));
 }
 
 torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& memory) {
@@ -259,6 +260,15 @@ void validate(const GptConfig& c, int first, int last) {
   if (first < 0 || last > c.layers || first >= last) {
     throw Error("gpt: layer range [" + std::to_string(first) + ", " + std::to_string(last) +
                 ") is not a non-empty range within [0, " + std::to_string(c.layers) + ")");
+  }
+  if (c.subspaceRank < 0 || c.subspaceRank > c.dModel) {
+    throw Error("gpt: subspace rank " + std::to_string(c.subspaceRank) + " is not in [1, d_model " +
+                std::to_string(c.dModel) + "]");
+  }
+  if (c.subspaceRank > 0 && (c.split.enabled() || c.adapter > 0 || c.crossAttention || c.recompute || c.tieEmbeddings ||
+                             c.outputs > 0 || !c.head || !c.causal)) {
+    throw Error("gpt: a subspace model is a causal decoder with a vocabulary head, without split point, adapters, "
+                "cross-attention, recompute or tied embeddings");
   }
   if (c.split.enabled()) {
     const int maxRank = std::min(c.dModel, c.dFf);

@@ -24,9 +24,10 @@ at::Tensor drawWeight(const std::string& name, const std::vector<int64_t>& shape
 torch::Tensor gelu(const torch::Tensor& x, bool tanh);
 
 // Multi-head attention of queries from x over keys and values from `memory` (self-attention
-// when memory is x): qkv (self) or q + kv (cross) projections, then proj.
+// when memory is x): qkv (self) or q + kv (cross) projections, then proj (d_model wide, or
+// `outputs` wide: a subspace block's).
 struct Attention : nn::Module {
-  Attention(const GptConfig& c, bool cross);
+  Attention(const GptConfig& c, bool cross, int64_t outputs = 0);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory);
 
   int64_t heads;

@@ -172,3 +172,45 @@ TEST_CASE("translation specs: two stages, each with its own init_from; adapters 
   badAdapter["model"]["adapter"] = -1;
   CHECK(refusal(badAdapter).first == "$.model.adapter");
 }
+
+TEST_CASE("subspace: a rank for the gpt decoders; what would leave the subspace is refused with the reason") {
+  json spec = validSpec();
+  spec["model"]["subspace"] = {{"rank", 8}};
+  auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.model.subspace.rank == 8);
+  CHECK(parsed.model.subspace.enabled());
+  // Every stage reads the data then (each rebuilds the hidden state from the token ids).
+  spec["stages"] = {{{"daemon", "tcp://127.0.0.1:7100"}, {"layers", {0, 1}}},
+                    {{"daemon", "tcp://127.0.0.1:7110"}, {"layers", {1, 3}}},
+                    {{"daemon", "tcp://127.0.0.1:7120"}, {"layers", {3, 4}}}};
+  parsed = parseJobSpec(spec.dump());
+  CHECK(skytrain::protocol::readsData(parsed, 1));
+  spec["model"].erase("subspace");
+  CHECK_FALSE(skytrain::protocol::readsData(parseJobSpec(spec.dump()), 1));
+  CHECK_FALSE(parseJobSpec(validSpec().dump()).model.subspace.enabled());
+
+  auto refused = [](const std::function<void(json&)>& edit) {
+    json s = validSpec();
+    s["model"]["subspace"] = {{"rank", 8}};
+    edit(s);
+    return refusal(s);
+  };
+  CHECK(refused([](json& s) { s["model"]["subspace"]["rank"] = 33; }).first == "$.model.subspace.rank");
+  CHECK(refused([](json& s) { s["model"]["subspace"]["rank"] = 0; }).first == "$.model.subspace.rank");
+  CHECK(refused([](json& s) { s["model"]["subspace"] = json::object(); }).first == "$.model.subspace.rank");
+  CHECK(refused([](json& s) { s["model"]["subspace"]["rnak"] = 1; }).second.find("did you mean") != std::string::npos);
+  CHECK(refused([](json& s) { s["model"]["kind"] = "llama"; }).second.find("not \"llama\"") != std::string::npos);
+  CHECK(refused([](json& s) { s["model"]["split_point"] = {{"block", 1}}; }).second.find("split_point") != std::string::npos);
+  CHECK(refused([](json& s) { s["model"]["adapter"] = 4; }).second.find("adapter") != std::string::npos);
+  CHECK(refused([](json& s) { s["model"]["recompute"] = "block"; }).second.find("recompute") != std::string::npos);
+  CHECK(refused([](json& s) { s["model"]["init_from"] = "/tmp/w.safetensors"; }).second.find("not built yet") !=
+        std::string::npos);
+  CHECK(refused([](json& s) { s["stages"][1]["init_from"] = "/tmp/w.safetensors"; }).first == "$.stages[1].init_from");
+  // gpt2 ties its head by default: the spec must untie it.
+  CHECK(refused([](json& s) { s["model"]["kind"] = "gpt2"; }).second.find("tie_embeddings") != std::string::npos);
+  json untied = validSpec();
+  untied["model"]["kind"] = "gpt2";
+  untied["model"]["tie_embeddings"] = false;
+  untied["model"]["subspace"] = {{"rank", 8}};
+  CHECK(parseJobSpec(untied.dump()).model.subspace.rank == 8);
+}

@@ -1,0 +1,67 @@
+// A subspace GPT's modules (GptConfig::subspaceRank): the frozen frame every stage rebuilds
+// alike, the block that writes k coefficients, and a slice of the stack. Internal to the
+// stages library (it includes Torch): stages/models/gpt.h is the interface.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "stages/models/gpt_modules.h"
+
+namespace skytrain::stages::detail {
+
+// The part of the residual stream no stage trains: a token table and a position table,
+// d_model wide, and the orthonormal basis U (d_model x k), drawn from (seed, their names)
+// alone, so every stage holds the same ones. Buffers: they move with the module and are in
+// its state dict, so checkpoints restore them exactly.
+struct SubspaceFrame : nn::Module {
+  SubspaceFrame(const GptConfig& c, uint64_t seed);
+  // F for token ids [b, t]: [b, t, d].
+  torch::Tensor fixed(const torch::Tensor& ids) const;
+  // h = F + c Uᵀ.
+  torch::Tensor lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const;
+
+  torch::Tensor tokens, positions, basis;
+};
+
+// A pre-norm block whose two residual branches write k coefficients: c += attn(ln1(h)), then
+// c += proj(gelu(fc(ln2(h)))), h rebuilt from c before each.
+struct SubspaceBlock : nn::Module {
+  explicit SubspaceBlock(const GptConfig& c);
+  torch::Tensor forward(torch::Tensor coefficients, const torch::Tensor& fixed, const SubspaceFrame& frame);
+
+  double dropout;
+  bool geluTanh;
+  nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  std::shared_ptr<Attention> attn;
+  nn::Linear fc{nullptr}, proj{nullptr};
+};
+
+// Blocks [first, last): the first slice also holds the embeddings' trainable parts (k wide),
+// the last one ln_f and the head (over the whole h). Input: token ids on the first slice,
+// else the coefficients [b, t, k] with the ids given by setTokens; output: the coefficients,
+// or logits on the last.
+struct SubspaceSlice : nn::Module {
+  SubspaceSlice(const GptConfig& c, int first, int last, uint64_t seed);
+  torch::Tensor forward(const torch::Tensor& input);
+  // The token ids of the micro-batch the next forward runs (a slice after the first).
+  void setTokens(const torch::Tensor& ids) { tokens = ids; }
+
+  int64_t rank, seqLen;
+  double dropout;
+  std::shared_ptr<SubspaceFrame> frame;
+  nn::Embedding tok{nullptr};
+  torch::Tensor pos;
+  std::vector<std::shared_ptr<SubspaceBlock>> blocks;
+  nn::LayerNorm lnF{nullptr};
+  nn::Linear head{nullptr};
+  torch::Tensor tokens;
+};
+
+// GPT-2's initialisation, by global name and seed, as initialise() does for GptSlice: the
+// output projections (now k wide) at the residual scale, norms at one, biases at zero.
+void initialiseSubspace(SubspaceSlice& slice, const GptConfig& c, uint64_t seed);
+
+}  // namespace skytrain::stages::detail

@@ -1,0 +1,127 @@
+// A subspace GPT (GptConfig::subspaceRank): cut anywhere, k numbers a token cross each way,
+// and the stages compose to the unsplit model.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <map>
+
+#include "scheduler/error.h"
+#include "stages/models/gpt.h"
+
+using namespace skytrain::stages;
+
+namespace {
+
+constexpr int kRank = 4;
+
+GptConfig tiny() {
+  GptConfig c;
+  c.vocabSize = 50;
+  c.dModel = 32;
+  c.heads = 4;
+  c.layers = 4;
+  c.dFf = 64;
+  c.seqLen = 12;
+  c.subspaceRank = kRank;
+  return c;
+}
+
+std::map<std::string, at::Tensor> byName(const NamedTensors& tensors) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, tensor] : tensors) out[name] = tensor;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a subspace model cut in three computes the unsplit model's output, k numbers a token at each cut") {
+  torch::manual_seed(0);
+  const at::Tensor ids = torch::randint(0, 50, {3, 12}, torch::kLong);
+  const at::Tensor gradLogits = torch::randn({3, 12, 50});
+  auto full = makeGptStage(tiny(), 0, 4, 7);
+  auto a = makeGptStage(tiny(), 0, 1, 7);
+  auto b = makeGptStage(tiny(), 1, 3, 7);
+  auto c = makeGptStage(tiny(), 3, 4, 7);
+  CHECK(gptInputShape(tiny(), 1, 3) == std::vector<int64_t>{3, 12, kRank});
+  CHECK(gptInputShape(tiny(), 3, 3) == std::vector<int64_t>{3, 12, kRank});
+
+  // The same weights, and the same frozen frame in every stage.
+  const auto reference = byName(full->stateDict());
+  for (const auto* part : {a.get(), b.get(), c.get()}) {
+    for (const auto& [name, tensor] : part->stateDict()) {
+      INFO(name);
+      REQUIRE(reference.count(name));
+      CHECK(torch::equal(reference.at(name), tensor));
+    }
+  }
+
+  const at::Tensor expected = full->forward(0, ids);
+  const at::Tensor first = a->forward(0, ids);
+  CHECK(first.sizes() == c10::IntArrayRef({3, 12, kRank}));
+  b->setTokens(ids);
+  const at::Tensor second = b->forward(0, first);
+  CHECK(second.sizes() == c10::IntArrayRef({3, 12, kRank}));
+  c->setTokens(ids);
+  const at::Tensor logits = c->forward(0, second);
+  CHECK(torch::equal(logits, expected));  // every stage rebuilds h exactly as the unsplit model does
+
+  // Backward: the gradient crossing each cut is k wide too.
+  full->backward(0, gradLogits);
+  const at::Tensor gradSecond = c->backward(0, gradLogits);
+  CHECK(gradSecond.sizes() == c10::IntArrayRef({3, 12, kRank}));
+  const at::Tensor gradFirst = b->backward(0, gradSecond);
+  CHECK(gradFirst.sizes() == c10::IntArrayRef({3, 12, kRank}));
+  CHECK_FALSE(a->backward(0, gradFirst).defined());
+  const auto fullParams = byName(full->namedParameters());
+  for (const auto* part : {a.get(), b.get(), c.get()}) {
+    for (const auto& [name, p] : part->namedParameters()) {
+      INFO(name);
+      REQUIRE(p.grad().defined());
+      CHECK(torch::allclose(p.grad(), fullParams.at(name).grad(), 1e-5, 1e-7));
+    }
+  }
+}
+
+TEST_CASE("the frame is fixed: an orthonormal basis and frozen tables, no optimizer state; the rest is k wide") {
+  auto full = makeGptStage(tiny(), 0, 4, 7);
+  const auto state = byName(full->stateDict());
+  const at::Tensor basis = state.at("subspace.basis");
+  CHECK(basis.sizes() == c10::IntArrayRef({32, kRank}));
+  CHECK(torch::allclose(basis.t().matmul(basis), torch::eye(kRank), 1e-5, 1e-6));
+  CHECK(state.at("subspace.tokens").sizes() == c10::IntArrayRef({50, 32}));
+  CHECK(state.at("tok_emb.weight").sizes() == c10::IntArrayRef({50, kRank}));
+  CHECK(state.at("pos_emb").sizes() == c10::IntArrayRef({12, kRank}));
+  CHECK(state.at("block2.attn.proj.weight").sizes() == c10::IntArrayRef({kRank, 32}));
+  CHECK(state.at("block2.proj.weight").sizes() == c10::IntArrayRef({kRank, 64}));
+  int64_t trained = 0;
+  for (const auto& p : full->parameters()) trained += p.numel();
+  const int64_t frame = 50 * 32 + 12 * 32 + 32 * kRank;
+  CHECK(trained + frame == gptParameterCount(tiny(), 0, 4));
+  CHECK(gptParameterCount(tiny(), 0, 4) + 2 * frame ==
+        gptParameterCount(tiny(), 0, 1) + gptParameterCount(tiny(), 1, 3) + gptParameterCount(tiny(), 3, 4));
+  // Another seed, another frame.
+  auto other = byName(makeGptStage(tiny(), 0, 4, 8)->stateDict());
+  CHECK_FALSE(torch::equal(other.at("subspace.basis"), basis));
+}
+
+TEST_CASE("a subspace stage refuses input it cannot rebuild h from") {
+  auto b = makeGptStage(tiny(), 1, 3, 7);
+  const at::Tensor ids = torch::randint(0, 50, {2, 12}, torch::kLong);
+  // No token ids given.
+  CHECK_THROWS_WITH(b->forward(0, torch::randn({2, 12, kRank})), Catch::Contains("needs the token ids"));
+  b->setTokens(ids);
+  CHECK_THROWS_WITH(b->forward(1, torch::randn({2, 12, 32})), Catch::Contains("expects coefficients [batch, seq, 4]"));
+  b->setTokens(torch::randint(0, 50, {3, 12}, torch::kLong));  // another micro-batch's ids
+  CHECK_THROWS_WITH(b->forward(2, torch::randn({2, 12, kRank})), Catch::Contains("needs the token ids"));
+  CHECK(b->inFlight() == 0);
+
+  GptConfig bad = tiny();
+  bad.subspaceRank = 33;
+  CHECK_THROWS_AS(makeGptStage(bad, 0, 4, 1), skytrain::Error);
+  bad = tiny();
+  bad.tieEmbeddings = true;
+  CHECK_THROWS_WITH(makeGptStage(bad, 0, 4, 1), Catch::Contains("subspace"));
+  bad = tiny();
+  bad.split.block = 1;
+  CHECK_THROWS_WITH(makeGptStage(bad, 0, 4, 1), Catch::Contains("subspace"));
+}
