@@ -110,6 +110,9 @@ int exportWeights(const ClientOptions& options, const std::string& job, const st
                 << "); a tied matrix, if any, is written as both its copies\n";
     }
     if (hf) {
+      if (model.subspace.enabled()) {
+        throw Error("job " + job + " trains a subspace model (model.subspace), which has no Hugging Face layout: export it as safetensors");
+      }
       if (!protocol::hasHfLayout(model)) {
         throw Error("job " + job + " trains model.kind \"" + model.kind +
                     "\", which has no Hugging Face layout (llama, gpt2 and the bert layout have): export it as safetensors");

@@ -54,9 +54,18 @@ MergedFile mergeSafetensors(const std::vector<std::string>& inputs, const std::s
   for (size_t i = 0; i < inputs.size(); ++i) {
     headers.push_back(compression::readSafetensorsHeader(inputs[i]));
   }
+  // A tensor several stages hold alike (a subspace model's frozen frame) is written once; the
+  // same name with other bytes is an error.
+  std::set<std::string> repeated;
   for (size_t i = 0; i < inputs.size(); ++i) {
     for (const auto& t : headers[i].tensors) {
-      if (!where.emplace(t.name, Located{i, &t}).second) throw Error("tensor \"" + t.name + "\" is in two stages' weights");
+      const auto [at, added] = where.emplace(t.name, Located{i, &t});
+      if (added) continue;
+      const auto& first = *at->second.tensor;
+      if (first.dtype != t.dtype || first.shape != t.shape || !sameBytes(inputs, headers, at->second, Located{i, &t})) {
+        throw Error("tensor \"" + t.name + "\" is in two stages' weights, with different values");
+      }
+      repeated.insert(t.name);
     }
   }
   // A tied matrix once: its copy is left out once it is shown to be the same bytes.
@@ -74,11 +83,15 @@ MergedFile mergeSafetensors(const std::vector<std::string>& inputs, const std::s
     copies.insert(copy);
     tiedList += (tiedList.empty() ? "" : ",") + copy + "=" + first;
   }
+  // Left out: a tied copy, and every holding of a repeated tensor but the first.
+  auto leftOut = [&](size_t input, const compression::SafetensorsEntry& t) {
+    return copies.count(t.name) > 0 || (repeated.count(t.name) > 0 && where.at(t.name).input != input);
+  };
   json header = json::object();
   uint64_t offset = 0;
-  for (const auto& h : headers) {
-    for (const auto& t : h.tensors) {
-      if (copies.count(t.name)) continue;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (const auto& t : headers[i].tensors) {
+      if (leftOut(i, t)) continue;
       header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + (t.end - t.begin)}}};
       offset += t.end - t.begin;
       ++result.tensors;
@@ -101,7 +114,7 @@ MergedFile mergeSafetensors(const std::vector<std::string>& inputs, const std::s
     for (size_t i = 0; i < inputs.size(); ++i) {
       std::ifstream in(inputs[i], std::ios::binary);
       for (const auto& t : headers[i].tensors) {
-        if (copies.count(t.name)) continue;
+        if (leftOut(i, t)) continue;
         in.seekg(static_cast<std::streamoff>(8 + headers[i].headerBytes + t.begin));
         for (uint64_t left = t.end - t.begin; left > 0;) {
           const auto n = static_cast<std::streamsize>(std::min<uint64_t>(left, buffer.size()));

@@ -163,7 +163,7 @@ class ConfigCheck {
 
 }  // namespace
 
-bool hasHfLayout(const ModelSpec& model) { return !family(model).empty(); }
+bool hasHfLayout(const ModelSpec& model) { return !family(model).empty() && !model.subspace.enabled(); }
 
 std::vector<HfName> hfNames(const ModelSpec& model, const std::string& name) {
   if (family(model) == "bert") {

@@ -26,15 +26,15 @@ SplitPointSpec parseSplitPoint(ObjectReader r, const ModelSpec& m) {
   return s;
 }
 
-// model.subspace: {"rank": k}, for the zoo's GPT decoders; what the blocks it changes cannot
+// model.subspace: {"rank": k}, for the zoo's causal decoders; what the blocks it changes cannot
 // also have is refused with the reason.
 SubspaceSpec parseSubspace(ObjectReader r, const ModelSpec& m, const ObjectReader& model) {
   SubspaceSpec s;
   s.rank = static_cast<int>(r.integer("rank", std::nullopt, 1, m.dModel));
   r.finish();
   const std::string path = model.pathOf("subspace");
-  if (m.kind != "gpt" && m.kind != "gpt2") {
-    throw SpecError(path, "is built for the gpt and gpt2 kinds (causal decoders), not \"" + m.kind + "\"");
+  if (m.kind != "gpt" && m.kind != "gpt2" && m.kind != "llama") {
+    throw SpecError(path, "is built for the causal decoders (gpt, gpt2, llama), not \"" + m.kind + "\"");
   }
   auto refuse = [&](const char* field, const std::string& why) {
     throw SpecError(path, std::string("cannot be combined with model.") + field + ": " + why);

@@ -102,6 +102,7 @@ stages::LlamaConfig llamaConfig(const protocol::ModelSpec& m) {
   c.normEps = m.normEps;
   c.tieEmbeddings = m.tieEmbeddings;
   c.recompute = m.recompute == "block";
+  c.subspaceRank = m.subspace.rank;
   return c;
 }
 

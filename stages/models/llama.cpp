@@ -8,6 +8,7 @@
 
 #include "scheduler/error.h"
 #include "stages/models/gpt_modules.h"
+#include "stages/models/subspace_modules.h"
 #include "stages/module_stage.h"
 #include "stages/recompute.h"
 #include "stages/split_backward.h"
@@ -56,7 +57,7 @@ struct Attention : nn::Module {
     q = register_module("q", bare(c.dModel, heads * headDim));
     k = register_module("k", bare(c.dModel, kvHeads * headDim));
     v = register_module("v", bare(c.dModel, kvHeads * headDim));
-    o = register_module("o", bare(heads * headDim, c.dModel));
+    o = register_module("o", bare(heads * headDim, c.subspaceRank > 0 ? c.subspaceRank : c.dModel));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t b = x.size(0), t = x.size(1);
@@ -83,7 +84,7 @@ struct SwiGlu : nn::Module {
   explicit SwiGlu(const LlamaConfig& c) {
     gate = register_module("gate", bare(c.dModel, c.dFf));
     up = register_module("up", bare(c.dModel, c.dFf));
-    down = register_module("down", bare(c.dFf, c.dModel));
+    down = register_module("down", bare(c.dFf, c.subspaceRank > 0 ? c.subspaceRank : c.dModel));
   }
   torch::Tensor forward(const torch::Tensor& x) { return linear(*down, torch::silu(linear(*gate, x)) * linear(*up, x)); }
   nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
@@ -100,14 +101,22 @@ struct Block : nn::Module {
     x = x + attn->forward(attnNorm->forward(x));
     return x + mlp->forward(mlpNorm->forward(x));
   }
+  // A subspace block: both branches write the k coefficients, each reading h rebuilt from them.
+  torch::Tensor forward(torch::Tensor c, const torch::Tensor& fixed, const detail::SubspaceFrame& frame) {
+    c = c + attn->forward(attnNorm->forward(frame.lift(fixed, c)));
+    return c + mlp->forward(mlpNorm->forward(frame.lift(fixed, c)));
+  }
   std::shared_ptr<RmsNorm> attnNorm, mlpNorm;
   std::shared_ptr<Attention> attn;
   std::shared_ptr<SwiGlu> mlp;
 };
 
 struct Slice : nn::Module {
-  Slice(const LlamaConfig& c, int first, int last) {
-    if (first == 0) tok = register_module("tok_emb", nn::Embedding(c.vocabSize, c.dModel));
+  Slice(const LlamaConfig& c, int first, int last, uint64_t seed) : rank(c.subspaceRank) {
+    if (rank > 0) {
+      frame = register_module("subspace", std::make_shared<detail::SubspaceFrame>(c.vocabSize, c.dModel, rank, 0, seed));
+    }
+    if (first == 0) tok = register_module("tok_emb", nn::Embedding(c.vocabSize, rank > 0 ? rank : c.dModel));
     for (int i = first; i < last; ++i) blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>(c)));
     if (c.recompute) {
       for (auto& block : blocks) recomputable.emplace_back([b = block.get()](const torch::Tensor& x) { return b->forward(x); });
@@ -119,6 +128,7 @@ struct Slice : nn::Module {
     }
   }
   torch::Tensor forward(const torch::Tensor& input) {
+    if (frame) return forwardSubspace(input);
     torch::Tensor x = input;
     if (tok) {
       if (input.scalar_type() != torch::kLong || input.dim() != 2) {
@@ -137,6 +147,30 @@ struct Slice : nn::Module {
     x = norm->forward(x);
     return head ? linear(*head, x) : torch::linear(x, tok->weight);
   }
+  torch::Tensor forwardSubspace(const torch::Tensor& input) {
+    torch::Tensor c, ids = tokens;
+    if (tok) {
+      if (input.scalar_type() != torch::kLong || input.dim() != 2) {
+        throw Error("first stage expects int64 token ids [batch, seq], got " +
+                    std::string(c10::toString(input.scalar_type())) + " " + c10::str(input.sizes()));
+      }
+      ids = input;
+      c = tok->forward(input);
+    } else {
+      detail::checkSubspaceInput(input, ids, rank);
+      c = input;
+    }
+    if (c.size(1) > seqLen) {
+      throw Error("sequence length " + std::to_string(c.size(1)) + " exceeds the model's " + std::to_string(seqLen));
+    }
+    const torch::Tensor fixed = frame->fixed(ids);
+    for (auto& block : blocks) c = block->forward(c, fixed, *frame);
+    if (!norm) return c;
+    return linear(*head, norm->forward(frame->lift(fixed, c)));
+  }
+  int64_t rank = 0;
+  std::shared_ptr<detail::SubspaceFrame> frame;
+  torch::Tensor tokens;  // a subspace slice after the first: the ids of the next forward's input
   int64_t seqLen = 0;
   nn::Embedding tok{nullptr};
   std::vector<std::shared_ptr<Block>> blocks;
@@ -180,21 +214,29 @@ void validateLlama(const LlamaConfig& c, int first, int last) {
     throw Error("llama: layer range [" + std::to_string(first) + ", " + std::to_string(last) +
                 ") is not a non-empty range within [0, " + std::to_string(c.layers) + ")");
   }
+  if (c.subspaceRank < 0 || c.subspaceRank > c.dModel) {
+    throw Error("llama: subspace rank " + std::to_string(c.subspaceRank) + " is not in [1, d_model " +
+                std::to_string(c.dModel) + "]");
+  }
+  if (c.subspaceRank > 0 && (c.tieEmbeddings || c.recompute)) {
+    throw Error("llama: a subspace model has neither tied embeddings nor recompute");
+  }
 }
 
 std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer, int lastLayer, uint64_t seed) {
   validateLlama(config, firstLayer, lastLayer);
-  auto slice = std::make_shared<Slice>(config, firstLayer, lastLayer);
+  auto slice = std::make_shared<Slice>(config, firstLayer, lastLayer, seed);
   slice->seqLen = config.seqLen;
   initialise(*slice, config, seed);
   ModuleHooks hooks = ModuleStage::hooksOf(slice);
   hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
+  if (slice->frame) hooks.setTokens = [slice](const at::Tensor& ids) { slice->tokens = ids; };
   return std::make_unique<ModuleStage>(std::move(hooks));
 }
 
 std::vector<int64_t> llamaInputShape(const LlamaConfig& c, int firstLayer, int64_t samples) {
   if (firstLayer == 0) return {samples, c.seqLen};
-  return {samples, c.seqLen, c.dModel};
+  return {samples, c.seqLen, c.subspaceRank > 0 ? c.subspaceRank : c.dModel};
 }
 
 double llamaStashBytesPerSample(const LlamaConfig& c, int firstLayer, int lastLayer) {
@@ -203,12 +245,22 @@ double llamaStashBytesPerSample(const LlamaConfig& c, int firstLayer, int lastLa
   // Recompute: every block's input, and one block's activations while it is replayed.
   double floats = c.recompute ? (lastLayer - firstLayer) * t * c.dModel + block : (lastLayer - firstLayer) * block;
   if (lastLayer == c.layers) floats += 2.0 * t * c.vocabSize;
+  if (c.subspaceRank > 0) floats += (lastLayer - firstLayer + 1) * 2.0 * t * c.dModel;  // F and each rebuilt h
   return 4.0 * floats;
 }
 
 int64_t llamaParameterCount(const LlamaConfig& c, int firstLayer, int lastLayer) {
   validateLlama(c, firstLayer, lastLayer);
   const int64_t d = c.dModel, hd = c.dModel / c.heads;
+  if (c.subspaceRank > 0) {  // o and down write k numbers; every stage holds the frozen frame
+    const int64_t k = c.subspaceRank;
+    const int64_t block = 2 * d + d * c.heads * hd + c.heads * hd * k + 2 * d * c.kvHeads * hd + 2 * d * int64_t{c.dFf} +
+                          int64_t{c.dFf} * k;
+    int64_t count = block * (lastLayer - firstLayer) + int64_t{c.vocabSize} * d + d * k;
+    if (firstLayer == 0) count += int64_t{c.vocabSize} * k;
+    if (lastLayer == c.layers) count += d + int64_t{c.vocabSize} * d;
+    return count;
+  }
   const int64_t block = 2 * d + d * c.heads * hd * 2 + 2 * d * c.kvHeads * hd + 3 * d * int64_t{c.dFf};
   int64_t count = block * (lastLayer - firstLayer);
   if (firstLayer == 0) count += int64_t{c.vocabSize} * d;

@@ -26,6 +26,10 @@ struct LlamaConfig {
   // and the runner keeps the two equal (their gradients summed every step).
   bool tieEmbeddings = false;
   bool recompute = false;  // activation recompute per block (stages/recompute.h)
+  // A subspace model when > 0 (as GptConfig::subspaceRank, without a position table: the
+  // positions are rotary): h = F + c Uᵀ, the token embedding's trainable part k wide, o and
+  // down writing k numbers, k numbers a token at each cut.
+  int subspaceRank = 0;
 };
 
 // Stage holding blocks [firstLayer, lastLayer): the first also holds the token embedding

@@ -7,22 +7,36 @@
 
 namespace skytrain::stages::detail {
 
-SubspaceFrame::SubspaceFrame(const GptConfig& c, uint64_t seed) {
-  const int64_t positions = c.positions > 0 ? c.positions : c.seqLen;
-  tokens = register_buffer("tokens", drawWeight("subspace.tokens", {c.vocabSize, c.dModel}, 0.02, seed));
-  this->positions = register_buffer("positions", drawWeight("subspace.positions", {positions, c.dModel}, 0.02, seed));
+SubspaceFrame::SubspaceFrame(int64_t vocab, int64_t width, int64_t rank, int64_t positions, uint64_t seed) {
+  tokens = register_buffer("tokens", drawWeight("subspace.tokens", {vocab, width}, 0.02, seed));
+  if (positions > 0) {
+    this->positions = register_buffer("positions", drawWeight("subspace.positions", {positions, width}, 0.02, seed));
+  }
   // Orthonormal columns: the Q of a Gaussian matrix's QR, computed here on the CPU by every
   // stage from the same draw.
-  const torch::Tensor gaussian = drawWeight("subspace.basis", {c.dModel, c.subspaceRank}, 1.0, seed);
+  const torch::Tensor gaussian = drawWeight("subspace.basis", {width, rank}, 1.0, seed);
   basis = register_buffer("basis", std::get<0>(torch::linalg_qr(gaussian)).contiguous());
 }
 
 torch::Tensor SubspaceFrame::fixed(const torch::Tensor& ids) const {
-  return torch::embedding(tokens, ids) + positions.slice(0, 0, ids.size(1));
+  const torch::Tensor rows = torch::embedding(tokens, ids);
+  return positions.defined() ? rows + positions.slice(0, 0, ids.size(1)) : rows;
 }
 
 torch::Tensor SubspaceFrame::lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const {
   return fixed + torch::matmul(coefficients, basis.t());
+}
+
+void checkSubspaceInput(const torch::Tensor& input, const torch::Tensor& ids, int64_t rank) {
+  if (input.dim() != 3 || input.size(2) != rank || !input.is_floating_point()) {
+    throw Error("a subspace stage expects coefficients [batch, seq, " + std::to_string(rank) + "], got " +
+                c10::str(input.sizes()));
+  }
+  if (!ids.defined() || ids.dim() != 2 || ids.size(0) != input.size(0) || ids.size(1) != input.size(1)) {
+    throw Error("a subspace stage needs the token ids of its input [" + std::to_string(input.size(0)) + ", " +
+                std::to_string(input.size(1)) + "] (setTokens), got " +
+                (ids.defined() ? c10::str(ids.sizes()) : std::string("none")));
+  }
 }
 
 SubspaceBlock::SubspaceBlock(const GptConfig& c) : dropout(c.dropout), geluTanh(c.geluTanh) {
@@ -41,7 +55,8 @@ torch::Tensor SubspaceBlock::forward(torch::Tensor coefficients, const torch::Te
 
 SubspaceSlice::SubspaceSlice(const GptConfig& c, int first, int last, uint64_t seed)
     : rank(c.subspaceRank), seqLen(c.seqLen), dropout(c.dropout) {
-  frame = register_module("subspace", std::make_shared<SubspaceFrame>(c, seed));
+  frame = register_module("subspace", std::make_shared<SubspaceFrame>(c.vocabSize, c.dModel, c.subspaceRank,
+                                                                       c.positions > 0 ? c.positions : c.seqLen, seed));
   if (first == 0) {
     tok = register_module("tok_emb", nn::Embedding(c.vocabSize, c.subspaceRank));
     pos = register_parameter("pos_emb", torch::zeros({c.positions > 0 ? c.positions : c.seqLen, c.subspaceRank}));
@@ -66,15 +81,7 @@ torch::Tensor SubspaceSlice::forward(const torch::Tensor& input) {
     ids = input;
     coefficients = torch::dropout(tok->forward(input) + pos.slice(0, 0, input.size(1)), dropout, is_training());
   } else {
-    if (input.dim() != 3 || input.size(2) != rank || !input.is_floating_point()) {
-      throw Error("a subspace stage expects coefficients [batch, seq, " + std::to_string(rank) + "], got " +
-                  c10::str(input.sizes()));
-    }
-    if (!ids.defined() || ids.dim() != 2 || ids.size(0) != input.size(0) || ids.size(1) != input.size(1)) {
-      throw Error("a subspace stage needs the token ids of its input [" + std::to_string(input.size(0)) + ", " +
-                  std::to_string(input.size(1)) + "] (setTokens), got " +
-                  (ids.defined() ? c10::str(ids.sizes()) : std::string("none")));
-    }
+    checkSubspaceInput(input, ids, rank);
     coefficients = input;
   }
   const torch::Tensor fixed = frame->fixed(ids);

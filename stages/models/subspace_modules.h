@@ -12,19 +12,24 @@
 
 namespace skytrain::stages::detail {
 
-// The part of the residual stream no stage trains: a token table and a position table,
+// The part of the residual stream no stage trains: a token table and (GPT) a position table,
 // d_model wide, and the orthonormal basis U (d_model x k), drawn from (seed, their names)
 // alone, so every stage holds the same ones. Buffers: they move with the module and are in
 // its state dict, so checkpoints restore them exactly.
 struct SubspaceFrame : nn::Module {
-  SubspaceFrame(const GptConfig& c, uint64_t seed);
+  // positions 0: no position table (a LLaMA's positions are rotary, inside attention).
+  SubspaceFrame(int64_t vocab, int64_t width, int64_t rank, int64_t positions, uint64_t seed);
   // F for token ids [b, t]: [b, t, d].
   torch::Tensor fixed(const torch::Tensor& ids) const;
   // h = F + c Uᵀ.
   torch::Tensor lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const;
 
-  torch::Tensor tokens, positions, basis;
+  torch::Tensor tokens, positions, basis;  // positions undefined without a table
 };
+
+// Checks a subspace stage's input after the first: float coefficients [b, t, rank], and the
+// token ids [b, t] given for them (setTokens). Throws skytrain::Error naming what is wrong.
+void checkSubspaceInput(const torch::Tensor& input, const torch::Tensor& ids, int64_t rank);
 
 // A pre-norm block whose two residual branches write k coefficients: c += attn(ln1(h)), then
 // c += proj(gelu(fc(ln2(h)))), h rebuilt from c before each.

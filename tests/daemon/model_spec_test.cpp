@@ -199,7 +199,7 @@ TEST_CASE("subspace: a rank for the gpt decoders; what would leave the subspace 
   CHECK(refused([](json& s) { s["model"]["subspace"]["rank"] = 0; }).first == "$.model.subspace.rank");
   CHECK(refused([](json& s) { s["model"]["subspace"] = json::object(); }).first == "$.model.subspace.rank");
   CHECK(refused([](json& s) { s["model"]["subspace"]["rnak"] = 1; }).second.find("did you mean") != std::string::npos);
-  CHECK(refused([](json& s) { s["model"]["kind"] = "llama"; }).second.find("not \"llama\"") != std::string::npos);
+  CHECK(refused([](json& s) { s["model"]["kind"] = "encoder"; }).second.find("not \"encoder\"") != std::string::npos);
   CHECK(refused([](json& s) { s["model"]["split_point"] = {{"block", 1}}; }).second.find("split_point") != std::string::npos);
   CHECK(refused([](json& s) { s["model"]["adapter"] = 4; }).second.find("adapter") != std::string::npos);
   CHECK(refused([](json& s) { s["model"]["recompute"] = "block"; }).second.find("recompute") != std::string::npos);

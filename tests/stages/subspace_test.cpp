@@ -7,6 +7,7 @@
 
 #include "scheduler/error.h"
 #include "stages/models/gpt.h"
+#include "stages/models/llama.h"
 
 using namespace skytrain::stages;
 
@@ -124,4 +125,50 @@ TEST_CASE("a subspace stage refuses input it cannot rebuild h from") {
   bad = tiny();
   bad.split.block = 1;
   CHECK_THROWS_WITH(makeGptStage(bad, 0, 4, 1), Catch::Contains("subspace"));
+}
+
+TEST_CASE("a subspace LLaMA cut in three computes the unsplit model, k numbers a token at each cut") {
+  LlamaConfig c;
+  c.vocabSize = 50;
+  c.dModel = 32;
+  c.heads = 4;
+  c.kvHeads = 2;
+  c.layers = 4;
+  c.dFf = 48;
+  c.seqLen = 12;
+  c.subspaceRank = kRank;
+  torch::manual_seed(1);
+  const at::Tensor ids = torch::randint(0, 50, {2, 12}, torch::kLong);
+  const at::Tensor gradLogits = torch::randn({2, 12, 50});
+  auto full = makeLlamaStage(c, 0, 4, 5);
+  auto a = makeLlamaStage(c, 0, 1, 5), b = makeLlamaStage(c, 1, 3, 5), z = makeLlamaStage(c, 3, 4, 5);
+  CHECK(llamaInputShape(c, 2, 2) == std::vector<int64_t>{2, 12, kRank});
+  const at::Tensor expected = full->forward(0, ids);
+  const at::Tensor first = a->forward(0, ids);
+  CHECK(first.sizes() == c10::IntArrayRef({2, 12, kRank}));
+  b->setTokens(ids);
+  const at::Tensor second = b->forward(0, first);
+  z->setTokens(ids);
+  CHECK(torch::equal(z->forward(0, second), expected));
+  full->backward(0, gradLogits);
+  const at::Tensor gradSecond = z->backward(0, gradLogits);
+  CHECK(gradSecond.sizes() == c10::IntArrayRef({2, 12, kRank}));
+  a->backward(0, b->backward(0, gradSecond));
+  const auto fullParams = byName(full->namedParameters());
+  int64_t trained = 0;
+  for (const auto* part : {a.get(), b.get(), z.get()}) {
+    for (const auto& [name, p] : part->namedParameters()) {
+      INFO(name);
+      CHECK(torch::allclose(p.grad(), fullParams.at(name).grad(), 1e-5, 1e-7));
+    }
+  }
+  for (const auto& p : full->parameters()) trained += p.numel();
+  CHECK(trained + 50 * 32 + 32 * kRank == llamaParameterCount(c, 0, 4));  // + the frozen frame
+  CHECK(byName(full->stateDict()).at("block1.attn.o.weight").sizes() == c10::IntArrayRef({kRank, 32}));
+  CHECK(byName(full->stateDict()).at("block1.mlp.down.weight").sizes() == c10::IntArrayRef({kRank, 48}));
+  // Without ids after the first stage, refused.
+  auto lone = makeLlamaStage(c, 1, 3, 5);
+  CHECK_THROWS_WITH(lone->forward(0, first), Catch::Contains("needs the token ids"));
+  c.tieEmbeddings = true;
+  CHECK_THROWS_WITH(makeLlamaStage(c, 0, 4, 5), Catch::Contains("subspace"));
 }
