@@ -52,6 +52,9 @@ struct Setting {
 struct Wire {
   const char* name;
   double bytesPerElement;  // of an activation or its gradient crossing the slow link
+  // A subspace model (model.subspace): k numbers a token cross every link, the slow one
+  // at bytesPerElement, instead of d_model; 0: the unconstrained model.
+  int subspaceRank = 0;
 };
 
 // One cut of the model into stages, as the daemon's model source sees it.
@@ -152,12 +155,13 @@ PlannerInput plannerInput(const Cut& cut, const Setting& setting, const Wire& wi
     in.links.push_back({slow ? slowBytesPerSecond : kFastBytesPerSecond * setting.copies,
                         slow ? kSlowDelay : kFastDelay, kMessageSeconds});
     const double perElement = slow ? wire.bytesPerElement : 2.0;  // bf16 inside a cloud
-    const scheduler::CodecOption codec{slow ? wire.name : "bf16", {},
-                                       {kHeaderBytes, double(kSeqLen) * c.dModel * perElement}};
+    const double width = wire.subspaceRank > 0 ? wire.subspaceRank : c.dModel;
+    const scheduler::CodecOption codec{slow ? wire.name : "bf16", {}, {kHeaderBytes, double(kSeqLen) * width * perElement}};
     in.forwardCodecs.push_back({codec});
     in.backwardCodecs.push_back({codec});
   }
-  // A tied embedding's fp32 gradient crosses every link, as profiler.cpp reports it.
+  // A tied embedding's fp32 gradient crosses every link, as profiler.cpp reports it (a
+  // subspace model is untied: its rows are only for untied presets).
   if (c.tieEmbeddings) in.tiedBytes.assign(in.links.size(), 4.0 * c.vocabSize * c.dModel);
   return in;
 }
@@ -194,10 +198,12 @@ int main(int argc, char** argv) {
   const std::vector<Setting> settings = {{"fp32", false, false, 1},
                                          {"bf16", true, false, 1},
                                          {"bf16+recompute", true, true, 1},
-                                         {"bf16+recompute+ZeRO-1 (8 copies; not built yet)", true, true, kZeroCopies}};
+                                         {"bf16+recompute+ZeRO-1 (8 copies)", true, true, kZeroCopies}};
   // docs/BENCHMARKS.md, "Exactly 8x: q13" and "q13+pred": both formats are 32 bytes a
   // 64-block, 8.0x fewer bytes than fp32.
-  const std::vector<Wire> wires = {{"bf16", 2.0}, {"q13+pred/q13+rot", 0.5}};
+  // The subspace rows: k = 64 of llama-7b's 4096 (64x fewer numbers), in bf16 and with q13.
+  const std::vector<Wire> wires = {{"bf16", 2.0}, {"q13+pred/q13+rot", 0.5}, {"subspace k=64, bf16", 2.0, 64},
+                                   {"subspace k=64, q13", 0.5, 64}};
   std::printf(
       "Projection by scheduler::makePlan, not a measurement. Assumed:\n"
       "- accelerators: %.0f GB each (H100-class); %.0f TFLOP/s sustained in bf16, %.0f TFLOP/s fp32 (TF32)\n"
@@ -213,6 +219,9 @@ int main(int argc, char** argv) {
       "- links inside a cloud: %.0f Gbit/s, %.0f us one way, bf16 on the wire (2 B an element); between\n"
       "  clouds: the given rate, %.0f ms one way, bf16 or the q13+pred/q13+rot pair (0.5 B an element,\n"
       "  docs/BENCHMARKS.md \"Exactly 8x: q13\"); codec time not counted; %.0f us per message\n"
+      "- subspace rows (model.subspace, untied presets only): k = 64 numbers a token cross every link instead\n"
+      "  of d_model, in bf16 (2 B) or q13 (0.5 B) on the slow link; the compute is the unconstrained model's\n"
+      "  (the subspace's smaller output projections are not credited)\n"
       "- gradients all-reduced in fp32 by a ring inside each cluster; llama-1b's tied embedding gradient\n"
       "  (fp32, uncompressed) crosses every link once a step each way, in every copy's pipeline\n"
       "- single cloud: the same stages and copies, every link the fast one; ratio = its step time / this\n\n",
@@ -235,6 +244,7 @@ int main(int argc, char** argv) {
         const Setting& setting = settings[i];
         const auto local = tryPlan(plannerInput(cuts[i], setting, wires[0], 0));
         for (const Wire& wire : wires) {
+          if (wire.subspaceRank > 0 && preset.tieEmbeddings) continue;  // a subspace model is untied
           const auto cross = tryPlan(plannerInput(cuts[i], setting, wire, gbit * 1e9 / 8));
           if (!cross || !local) throw Error(std::string(name) + " " + setting.name + ": no plan fits");
           const scheduler::PlanRow& row = cross->chosen;

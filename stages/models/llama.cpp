@@ -116,10 +116,16 @@ struct Slice : nn::Module {
     if (rank > 0) {
       frame = register_module("subspace", std::make_shared<detail::SubspaceFrame>(c.vocabSize, c.dModel, rank, 0, seed));
     }
+    const bool replaySubspace = rank > 0 && c.recompute;
     if (first == 0) tok = register_module("tok_emb", nn::Embedding(c.vocabSize, rank > 0 ? rank : c.dModel));
     for (int i = first; i < last; ++i) blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>(c)));
-    if (c.recompute) {
+    if (c.recompute && !replaySubspace) {
       for (auto& block : blocks) recomputable.emplace_back([b = block.get()](const torch::Tensor& x) { return b->forward(x); });
+    }
+    for (auto& block : blocks) {
+      if (!replaySubspace) break;
+      recomputable.push_back(detail::subspaceRecompute(
+          [b = block.get(), this](const torch::Tensor& x, const torch::Tensor& f) { return b->forward(x, f, *frame); }, rank));
     }
     if (last == c.layers) {
       norm = register_module("norm", std::make_shared<RmsNorm>(c.dModel, c.normEps));
@@ -164,7 +170,10 @@ struct Slice : nn::Module {
       throw Error("sequence length " + std::to_string(c.size(1)) + " exceeds the model's " + std::to_string(seqLen));
     }
     const torch::Tensor fixed = frame->fixed(ids);
-    for (auto& block : blocks) c = block->forward(c, fixed, *frame);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      c = recomputable.empty() ? blocks[i]->forward(c, fixed, *frame)
+                               : detail::subspaceBlock(recomputable[i], c, fixed, /*replayRng=*/false);
+    }
     if (!norm) return c;
     return linear(*head, norm->forward(frame->lift(fixed, c)));
   }
@@ -218,9 +227,7 @@ void validateLlama(const LlamaConfig& c, int first, int last) {
     throw Error("llama: subspace rank " + std::to_string(c.subspaceRank) + " is not in [1, d_model " +
                 std::to_string(c.dModel) + "]");
   }
-  if (c.subspaceRank > 0 && (c.tieEmbeddings || c.recompute)) {
-    throw Error("llama: a subspace model has neither tied embeddings nor recompute");
-  }
+  if (c.subspaceRank > 0 && c.tieEmbeddings) throw Error("llama: a subspace model has no tied embeddings");
 }
 
 std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer, int lastLayer, uint64_t seed) {

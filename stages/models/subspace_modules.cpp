@@ -3,6 +3,7 @@
 #include <string>
 
 #include "scheduler/error.h"
+#include "stages/recompute.h"
 #include "stages/split_backward.h"
 
 namespace skytrain::stages::detail {
@@ -25,6 +26,18 @@ torch::Tensor SubspaceFrame::fixed(const torch::Tensor& ids) const {
 
 torch::Tensor SubspaceFrame::lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const {
   return fixed + torch::matmul(coefficients, basis.t());
+}
+
+BlockFunction subspaceRecompute(std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> block,
+                                int64_t rank) {
+  return [block = std::move(block), rank](const torch::Tensor& stashed) {
+    return block(stashed.narrow(-1, 0, rank), stashed.narrow(-1, rank, stashed.size(-1) - rank));
+  };
+}
+
+torch::Tensor subspaceBlock(const BlockFunction& replay, const torch::Tensor& c, const torch::Tensor& fixed,
+                            bool replayRng) {
+  return recomputed(replay, torch::cat({c, fixed}, -1), replayRng);
 }
 
 void checkSubspaceInput(const torch::Tensor& input, const torch::Tensor& ids, int64_t rank) {
@@ -63,6 +76,11 @@ SubspaceSlice::SubspaceSlice(const GptConfig& c, int first, int last, uint64_t s
   }
   for (int i = first; i < last; ++i) {
     blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<SubspaceBlock>(c)));
+    if (c.recompute) {
+      recomputable.push_back(subspaceRecompute(
+          [b = blocks.back().get(), this](const torch::Tensor& x, const torch::Tensor& f) { return b->forward(x, f, *frame); },
+          rank));
+    }
   }
   if (last == c.layers) {
     lnF = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
@@ -85,7 +103,10 @@ torch::Tensor SubspaceSlice::forward(const torch::Tensor& input) {
     coefficients = input;
   }
   const torch::Tensor fixed = frame->fixed(ids);
-  for (auto& block : blocks) coefficients = block->forward(coefficients, fixed, *frame);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    coefficients = recomputable.empty() ? blocks[i]->forward(coefficients, fixed, *frame)
+                                        : subspaceBlock(recomputable[i], coefficients, fixed, dropout > 0 && is_training());
+  }
   if (!lnF) return coefficients;
   return linear(*head, lnF->forward(frame->lift(fixed, coefficients)));
 }

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,15 @@ struct SubspaceFrame : nn::Module {
 
   torch::Tensor tokens, positions, basis;  // positions undefined without a table
 };
+
+// Block recompute for a subspace block: what stays stashed is [c, F] (k + d_model numbers a
+// token), and the replay splits it again. `block(c, F)` is the block's forward.
+BlockFunction subspaceRecompute(std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> block,
+                                int64_t rank);
+// The block's output c through `replay` (made by subspaceRecompute), or the block itself
+// without recompute.
+torch::Tensor subspaceBlock(const BlockFunction& replay, const torch::Tensor& c, const torch::Tensor& fixed,
+                            bool replayRng);
 
 // Checks a subspace stage's input after the first: float coefficients [b, t, rank], and the
 // token ids [b, t] given for them (setTokens). Throws skytrain::Error naming what is wrong.
@@ -60,6 +70,7 @@ struct SubspaceSlice : nn::Module {
   nn::Embedding tok{nullptr};
   torch::Tensor pos;
   std::vector<std::shared_ptr<SubspaceBlock>> blocks;
+  std::vector<BlockFunction> recomputable;  // recompute: each block's replay
   nn::LayerNorm lnF{nullptr};
   nn::Linear head{nullptr};
   torch::Tensor tokens;

@@ -202,7 +202,6 @@ TEST_CASE("subspace: a rank for the gpt decoders; what would leave the subspace 
   CHECK(refused([](json& s) { s["model"]["kind"] = "encoder"; }).second.find("not \"encoder\"") != std::string::npos);
   CHECK(refused([](json& s) { s["model"]["split_point"] = {{"block", 1}}; }).second.find("split_point") != std::string::npos);
   CHECK(refused([](json& s) { s["model"]["adapter"] = 4; }).second.find("adapter") != std::string::npos);
-  CHECK(refused([](json& s) { s["model"]["recompute"] = "block"; }).second.find("recompute") != std::string::npos);
   CHECK(refused([](json& s) { s["model"]["init_from"] = "/tmp/w.safetensors"; }).second.find("not built yet") !=
         std::string::npos);
   CHECK(refused([](json& s) { s["stages"][1]["init_from"] = "/tmp/w.safetensors"; }).first == "$.stages[1].init_from");
