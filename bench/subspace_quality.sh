@@ -13,7 +13,7 @@ run() {  # run LABEL EDIT...: one configuration over the seeds, its summary line
   local label=$1
   shift
   echo "== $label"
-  bash bench/seeds.sh "$job" "$seeds" "$@" 2>&1 | grep -E "^(seed|train loss|validation loss|bytes sent|succeeded)" | sed "s/^/$label: /"
+  bash bench/seeds.sh "$job" "$seeds" "$@" 2>&1 | grep -E "^(seed|train loss|validation loss|bytes sent|succeeded)" | sed "s|^|$label: |"
 }
 run "none" 's["compression"] = {"forward": "none", "backward": "none"}' "$@"
 for k in $ranks; do
