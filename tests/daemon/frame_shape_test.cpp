@@ -153,3 +153,15 @@ TEST_CASE("a fan-in consumer refuses token IDs outside the vocabulary and flags 
   CHECK_THAT(run(ids, flags.index_put({torch::tensor(1), torch::tensor(1)}, torch::tensor(2))),
              Catch::Contains("and flags in [0, 2]"));
 }
+
+TEST_CASE("a subspace stage takes k coefficients a token: a d_model-wide frame is refused before decoding") {
+  // Stage 1 of 3 of a subspace model (k = 4, d_model 16) reads the data itself (its token ids).
+  protocol::JobSpec spec = protocol::parseJobSpec(R"({"steps": 2, "batch_size": 2, "micro_batches": 1,
+    "schedule": "1f1b", "peer_timeout_s": 1,
+    "model": {"d_model": 16, "heads": 2, "layers": 3, "d_ff": 32, "seq_len": 8, "subspace": {"rank": 4}},
+    "data": {"files": [")" SKYTRAIN_TEST_CORPUS R"("]},
+    "stages": [{"daemon": "tcp://a:1", "layers": [0, 1]}, {"daemon": "tcp://b:1", "layers": [1, 2]},
+               {"daemon": "tcp://c:1", "layers": [2, 3]}]})");
+  const std::string wide = runWith(forward({2, 8, 16}, std::string(2 * 8 * 16 * 4, '\0')), spec);
+  CHECK(wide.find("carries shape [2, 8, 16], this stage expects float32 [2, 8, 4]") != std::string::npos);
+}
