@@ -54,14 +54,15 @@ MergedFile mergeSafetensors(const std::vector<std::string>& inputs, const std::s
   for (size_t i = 0; i < inputs.size(); ++i) {
     headers.push_back(compression::readSafetensorsHeader(inputs[i]));
   }
-  // A tensor several stages hold alike (a subspace model's frozen frame) is written once; the
-  // same name with other bytes is an error.
+  // A subspace model's frozen frame, which every stage holds alike, is written once; any
+  // other name twice, or the frame with other bytes, is an error.
   std::set<std::string> repeated;
   for (size_t i = 0; i < inputs.size(); ++i) {
     for (const auto& t : headers[i].tensors) {
       const auto [at, added] = where.emplace(t.name, Located{i, &t});
       if (added) continue;
       const auto& first = *at->second.tensor;
+      if (t.name.rfind("subspace.", 0) != 0) throw Error("tensor \"" + t.name + "\" is in two stages' weights");
       if (first.dtype != t.dtype || first.shape != t.shape || !sameBytes(inputs, headers, at->second, Located{i, &t})) {
         throw Error("tensor \"" + t.name + "\" is in two stages' weights, with different values");
       }

@@ -160,9 +160,11 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, dou
   } catch (const Error& e) {  // a module that is not what it claims: it would fail again
     throw Error(std::string(protocol::kBadModel) + e.what());
   }
-  // The gradient, and AdamW's exp_avg and exp_avg_sq: under ZeRO-1 of a 1/R shard only.
+  // The gradient, and AdamW's exp_avg and exp_avg_sq: under ZeRO-1 of a 1/R shard only; none
+  // for a frozen frame.
+  const double trained = m.weightBytes - source->frozenBytes(stage);
   const int copies = protocol::replicaCount(spec);
-  m.optimizerBytes = m.weightBytes + 2 * m.weightBytes / (spec.optimizer.zero > 0 ? copies : 1);
+  m.optimizerBytes = trained + 2 * trained / (spec.optimizer.zero > 0 ? copies : 1);
   // What a step allocates and frees again, at its peak: AdamW's two temporaries of the
   // largest parameter; a tied matrix's gradient frames (sent, received, decoded); under
   // bf16 or fp16 each in-flight micro-batch's casts of the weights (half their bytes), kept for its
@@ -179,7 +181,7 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, dou
   }
   if (spec.precision != "fp32") {
     const int inFlight = model.recompute == "block" ? 1 : std::max(1, stages - stage);
-    m.transientBytes += 0.5 * m.weightBytes * inFlight;
+    m.transientBytes += 0.5 * trained * inFlight;
   }
   // The delayed update keeps two more copies of the stage, and copies its snapshots.
   if (spec.update == "delayed") m.copiesBytes = (2 + 3) * m.weightBytes;

@@ -90,6 +90,12 @@ class GptSource : public ModelSource {
     const auto& s = c_.stages.at(stage);
     return 4.0 * static_cast<double>(gptParameterCount(c_.gpt, s.firstLayer, s.lastLayer));
   }
+  double frozenBytes(int) const override {
+    const GptConfig& g = c_.gpt;
+    if (g.subspaceRank <= 0) return 0;
+    const double positions = g.positions > 0 ? g.positions : g.seqLen;
+    return 4.0 * (double(g.vocabSize) * g.dModel + positions * g.dModel + double(g.dModel) * g.subspaceRank);
+  }
   double stashBytesPerSample(int stage) const override {
     const auto& s = c_.stages.at(stage);
     return gptStashBytesPerSample(c_.gpt, s.firstLayer, s.lastLayer);
@@ -119,6 +125,11 @@ class LlamaSource : public ModelSource {
   double weightBytes(int stage) const override {
     const auto& s = c_.stages.at(stage);
     return 4.0 * static_cast<double>(llamaParameterCount(c_.llama, s.firstLayer, s.lastLayer));
+  }
+  double frozenBytes(int) const override {
+    const LlamaConfig& l = c_.llama;
+    if (l.subspaceRank <= 0) return 0;
+    return 4.0 * (double(l.vocabSize) * l.dModel + double(l.dModel) * l.subspaceRank);
   }
   double stashBytesPerSample(int stage) const override {
     const auto& s = c_.stages.at(stage);

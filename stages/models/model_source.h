@@ -86,6 +86,9 @@ class ModelSource {
   virtual std::vector<int64_t> sampleOutputShape(int stage) const;
   // Bytes of weights stage i holds (float32), known before it is built.
   virtual double weightBytes(int stage) const = 0;
+  // Of weightBytes, what never trains and is no parameter (a subspace model's frozen frame):
+  // no gradient, no optimizer state, no per-operation casts.
+  virtual double frozenBytes(int stage) const { return 0; }
   // Activation memory stage i keeps per in-flight sample for its backward; 0 when unknown.
   virtual double stashBytesPerSample(int stage) const = 0;
   // A fan-in: every stage but the last is a producer with its own data and loss, feeding

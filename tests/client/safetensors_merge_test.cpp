@@ -50,15 +50,19 @@ TEST_CASE("two stages' files merge into one with every tensor's bytes") {
   CHECK(h.metadata.at("skytrain_job") == "0123456789abcdef");
   const std::string data = bytes.substr(8 + h.headerBytes);
   CHECK(data == std::string("\x01\x00\x00\x00\x02\x00\x00\x00", 8) + "xy\x07\x08");
-  // A tensor two stages hold alike (a subspace model's frozen frame) is written once; the
-  // same name with other bytes is refused.
-  CHECK(mergeSafetensors({a, b, a}, out, {}).tensors == 3);
+  CHECK_THROWS_WITH(mergeSafetensors({a, a}, out, {}), Catch::Contains("block0.w") && Catch::Contains("two stages"));
+  // A subspace model's frozen frame, which every stage holds alike, is written once; the
+  // frame with other bytes is refused.
+  const nlohmann::json frame = {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}};
+  const std::string bytes1("\x01\x00\x00\x00\x02\x00\x00\x00", 8), bytes2("\x01\x00\x00\x00\x03\x00\x00\x00", 8);
+  const auto s0 = write("s0", file({{"subspace.basis", frame}}, bytes1));
+  const auto s1 = write("s1", file({{"subspace.basis", frame}}, bytes1));
+  const auto s2 = write("s2", file({{"subspace.basis", frame}}, bytes2));
+  CHECK(mergeSafetensors({s0, b, s1}, out, {}).tensors == 3);
   const std::string once = read(out);
   const auto onceHeader = skytrain::compression::parseSafetensorsHeader(once, once.size(), out);
-  CHECK(once.substr(8 + onceHeader.headerBytes) == data);
-  const auto c = write("c", file({{"block0.w", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}}},
-                                 std::string("\x01\x00\x00\x00\x03\x00\x00\x00", 8)));
-  CHECK_THROWS_WITH(mergeSafetensors({a, c}, out, {}), Catch::Contains("block0.w") && Catch::Contains("different values"));
+  CHECK(once.substr(8 + onceHeader.headerBytes) == bytes1 + "xy\x07\x08");
+  CHECK_THROWS_WITH(mergeSafetensors({s0, s2}, out, {}), Catch::Contains("subspace.basis") && Catch::Contains("different values"));
 }
 
 TEST_CASE("crafted headers are refused before anything is copied") {

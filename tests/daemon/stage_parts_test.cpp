@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "compression/codec_registry.h"
+#include "daemon/stage/admission.h"
 #include "daemon/stage/codec_set.h"
 #include "daemon/stage/gradient_pipeline.h"
 #include "daemon/stage/loss_scaler.h"
@@ -343,4 +344,24 @@ TEST_CASE("Profiler's passes: full for a small model, under three steps' compute
     CHECK(passes.sizes == std::vector<int64_t>{1});
     CHECK(passes.cost(1, true) <= skytrain::daemon::kProfileBudgetSteps);
   }
+}
+
+TEST_CASE("admission: a subspace model's frozen frame counts as weights only, with no gradient or AdamW state") {
+  const char* text = R"({"steps": 2, "batch_size": 2, "precision": "bf16",
+    "model": {"d_model": 32, "heads": 4, "layers": 4, "d_ff": 64, "seq_len": 16, "vocab_size": 1000, SUBSPACE},
+    "data": {"files": ["/x"]},
+    "stages": [{"daemon": "tcp://a:1", "layers": [0, 2]}, {"daemon": "tcp://b:1", "layers": [2, 4]}]})";
+  auto spec = [&](const std::string& subspace) {
+    std::string s = text;
+    s.replace(s.find("SUBSPACE"), 8, subspace);
+    return protocol::parseJobSpec(s);
+  };
+  const protocol::JobSpec constrained = spec(R"("subspace": {"rank": 4})");
+  const daemon::MemoryEstimate m = daemon::estimateStageMemory(constrained, 1, 1e12);
+  const double frozen = 4.0 * (1000 * 32 + 16 * 32 + 32 * 4);
+  REQUIRE(m.weightBytes > frozen);
+  CHECK(m.optimizerBytes == Approx(3 * (m.weightBytes - frozen)));
+  // The same model unconstrained: every weight trains.
+  const daemon::MemoryEstimate plain = daemon::estimateStageMemory(spec(R"("dropout": 0.0)"), 1, 1e12);
+  CHECK(plain.optimizerBytes == Approx(3 * plain.weightBytes));
 }

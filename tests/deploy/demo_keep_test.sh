@@ -15,6 +15,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
+  # A demo that failed after starting its daemons printed no kill line: its daemons by config.
+  pkill -f "$source_dir/build/demo/stage[01]/config.json" 2> /dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT

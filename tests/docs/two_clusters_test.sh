@@ -25,6 +25,13 @@ hosts=(cloud-a cloud-b laptop solo)
 made_dirs=() made_user=0
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# The hosts' namespaces, with whatever still runs in them (an interrupted run's daemons).
+cleanup_stale() {
+  for n in skyw-lan skyw-cloud-a skyw-cloud-b skyw-laptop skyw-solo skyw-probe; do
+    ip netns pids "$n" 2> /dev/null | xargs -r kill -KILL 2> /dev/null || true
+    ip netns del "$n" 2> /dev/null || true
+  done
+}
 cleanup() {
   for h in cloud-a cloud-b solo; do
     local pidfile=$work/hosts/$h/skytraind.pid
@@ -35,16 +42,20 @@ cleanup() {
     local pidfile=$work/hosts/$h/skytraind.pid
     [ -f "$pidfile" ] && kill -KILL "$(cat "$pidfile")" 2> /dev/null || true
   done
-  for n in skyw-lan skyw-cloud-a skyw-cloud-b skyw-laptop skyw-solo; do ip netns del "$n" 2> /dev/null || true; done
+  cleanup_stale
   for d in "${made_dirs[@]}"; do rmdir "$d" 2> /dev/null || true; done
   if [ "$made_user" = 1 ]; then userdel skytrain 2> /dev/null || true; groupdel skytrain 2> /dev/null || true; fi
   if [ -n "${KEEP_WALK_WORK:-}" ]; then echo "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
-# The three hosts: namespaces on a bridge in a fourth one; nothing outside them is touched.
-cleanup_stale() { for n in skyw-lan skyw-cloud-a skyw-cloud-b skyw-laptop skyw-solo; do ip netns del "$n" 2> /dev/null || true; done; }
+# The hosts: namespaces on a bridge in another one; nothing outside them is touched.
 cleanup_stale
+if ! ip netns add skyw-probe 2> /dev/null || ! unshare --mount true 2> /dev/null; then
+  echo "two_clusters_test: root, but without network or mount namespaces here; skipped"
+  exit 77
+fi
+ip netns del skyw-probe
 ip netns add skyw-lan
 ip -n skyw-lan link set lo up
 ip -n skyw-lan link add br0 type bridge
@@ -79,12 +90,13 @@ for d in /etc/skytrain /var/lib/skytrain; do
   [ -d "$d" ] || { mkdir -p "$d"; made_dirs+=("$d"); }
 done
 
-# The shims, and the binaries under the names the package gives them.
+# The shims, and the binaries under the names the package gives them: copies, which the user
+# skytrain can run wherever the build tree is (under /root, say).
 bin=$work/bin
 mkdir -p "$bin"
-ln -s "$build_dir/client/skytrain" "$bin/skytrain"
-ln -s "$build_dir/daemon/skytraind" "$bin/skytraind"
-ln -s "$build_dir/daemon/skytraind-sentinel" "$bin/skytraind-sentinel" 2> /dev/null || true
+cp "$build_dir/client/skytrain" "$build_dir/daemon/skytraind" "$bin/"
+cp "$build_dir/daemon/skytraind-sentinel" "$bin/" 2> /dev/null || true
+chmod 755 "$bin" "$bin"/*
 unit=$build_dir/deploy/systemd/skytraind.service
 [ -f "$unit" ] || fail "no configured unit at $unit"
 
