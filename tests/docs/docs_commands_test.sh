@@ -122,3 +122,26 @@ PY
 grep -q '^job.json: a valid job spec: ' "$work/readme.log" ||
   { cat "$work/readme.log"; fail "README.md's validate line did not check job.json"; }
 echo "ok: README.md's \"skytrain validate job.json\" accepts the README's job spec"
+
+# docs/models.md, "Bring your own model": its export line, run as written from the repository
+# root with /var/lib/skytrain in a temporary folder, writes the stage modules and the job.json
+# the next line submits (that line needs your daemons' endpoints: validated here instead).
+var=$work/var-lib-skytrain
+python3 - "$source_dir/docs/models.md" "$var" > "$work/tiny-lm.sh" <<'PY' || fail "docs/models.md: no tiny_lm.py line under \"## Bring your own model (TorchScript)\""
+import re, sys
+text, var = open(sys.argv[1]).read(), sys.argv[2]
+m = re.search(r"^## Bring your own model \(TorchScript\)\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
+lines = [l for b in re.findall(r"^```sh\n(.*?)^```", m.group(1) if m else "", re.M | re.S) for l in b.splitlines()
+         if "tiny_lm.py" in l]
+if len(lines) != 1:
+    sys.exit("expected one tiny_lm.py line")
+print("set -euo pipefail")
+print(lines[0].replace("/var/lib/skytrain", var))
+PY
+mkdir -p "$var/data"
+(cd "$work/repo" && bash -x "$work/tiny-lm.sh") > "$work/tiny-lm.log" 2>&1 ||
+  { tail -20 "$work/tiny-lm.log"; fail "docs/models.md's tiny_lm.py line, run as written, failed"; }
+[ -f "$var/data/tiny-lm/job.json" ] || { ls -R "$var"; fail "tiny_lm.py wrote no job.json where models.md submits it"; }
+PATH=$work/bin:$PATH HOME=$work/home2 XDG_CONFIG_HOME= skytrain validate "$var/data/tiny-lm/job.json" > "$work/tiny-lm-validate.log" 2>&1 ||
+  { cat "$work/tiny-lm-validate.log"; fail "the job.json models.md submits is not a valid job spec"; }
+echo "ok: docs/models.md's tiny_lm.py line writes the job it submits, and that job validates"
