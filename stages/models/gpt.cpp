@@ -45,7 +45,7 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
   detail::validate(config, firstLayer, lastLayer);
   if (config.subspaceRank > 0) {
     auto slice = std::make_shared<detail::SubspaceSlice>(config, firstLayer, lastLayer, seed);
-    detail::initialiseSubspace(*slice, config, seed);
+    detail::initialiseParameters(*slice, config, seed);  // its output projections k wide
     ModuleHooks hooks = ModuleStage::hooksOf(slice);
     hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->setTokens(ids); };
@@ -59,6 +59,10 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
   hooks.loss = std::move(loss);
   hooks.adopt = [slice](const std::function<at::Tensor(const std::string&)>& find) { return adoptFactors(*slice, find); };
   return std::make_unique<ModuleStage>(std::move(hooks));
+}
+
+int64_t subspaceFrameCount(int64_t vocab, int64_t width, int64_t rank, int64_t positions) {
+  return vocab * width + positions * width + width * rank;
 }
 
 std::vector<int64_t> gptInputShape(const GptConfig& c, int firstLayer, int64_t samples) {
@@ -86,7 +90,7 @@ int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
   if (c.subspaceRank > 0) {
     const int64_t k = c.subspaceRank, t = c.positions > 0 ? c.positions : c.seqLen;
     const int64_t block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * k + k) + (d * ff + ff) + (ff * k + k);
-    int64_t count = block * (lastLayer - firstLayer) + int64_t{c.vocabSize} * d + t * d + d * k;  // + the frozen frame
+    int64_t count = block * (lastLayer - firstLayer) + subspaceFrameCount(c.vocabSize, d, k, t);
     if (firstLayer == 0) count += int64_t{c.vocabSize} * k + t * k;
     if (lastLayer == c.layers) count += 2 * d + d * c.vocabSize;
     return count;

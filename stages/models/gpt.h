@@ -89,4 +89,8 @@ double gptStashBytesPerSample(const GptConfig& config, int firstLayer, int lastL
 // here too (they take memory like weights, but neither train nor get optimizer state).
 int64_t gptParameterCount(const GptConfig& config, int firstLayer, int lastLayer);
 
+// Elements of a subspace model's frozen frame, which every stage holds: a vocab x width token
+// table, a positions x width position table (none at 0: a LLaMA's), a width x rank basis.
+int64_t subspaceFrameCount(int64_t vocab, int64_t width, int64_t rank, int64_t positions);
+
 }  // namespace skytrain::stages

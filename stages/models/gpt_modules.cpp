@@ -217,10 +217,10 @@ torch::Tensor GptSlice::features(const torch::Tensor& input, const torch::Tensor
   return lnF ? lnF->forward(x) : x;
 }
 
-void initialise(GptSlice& slice, const GptConfig& c, uint64_t seed) {
+void initialiseParameters(nn::Module& module, const GptConfig& c, uint64_t seed) {
   torch::NoGradGuard noGrad;
   const double residualStd = 0.02 / std::sqrt(2.0 * c.layers);
-  for (auto& item : slice.named_parameters()) {
+  for (auto& item : module.named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor p = item.value();
     if (contains(name, ".ln") || name.rfind("ln_f", 0) == 0) {
@@ -233,7 +233,13 @@ void initialise(GptSlice& slice, const GptConfig& c, uint64_t seed) {
       p.copy_(drawWeight(drawn, p.sizes().vec(), endsWith(name, "proj.weight") ? residualStd : 0.02, seed));
     }
   }
+}
+
+void initialise(GptSlice& slice, const GptConfig& c, uint64_t seed) {
+  initialiseParameters(slice, c, seed);
   if (!c.split.enabled()) return;
+  torch::NoGradGuard noGrad;
+  const double residualStd = 0.02 / std::sqrt(2.0 * c.layers);
   const bool fcSplit = c.split.layer == SplitPoint::Layer::Fc;
   const std::vector<int64_t> shape = fcSplit ? std::vector<int64_t>{c.dFf, c.dModel} : std::vector<int64_t>{c.dModel, c.dFf};
   for (auto& block : slice.blocks) {

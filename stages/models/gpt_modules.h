@@ -109,6 +109,10 @@ struct GptSlice : nn::Module {
   std::vector<BlockFunction> recomputable;  // recompute: each block's forward without memory
 };
 
+// GPT-2's rule for every parameter of `module`, from (seed, its global name) alone: norms at
+// one, biases, adapters' up and cross-attention's output projection at zero, output
+// projections at the residual scale, the rest at 0.02 (a tied head drawn as the embedding).
+void initialiseParameters(nn::Module& module, const GptConfig& c, uint64_t seed);
 // GPT-2 initialisation of every parameter from (seed, its name within the slice) alone;
 // adapters' up projections and cross-attention's output projection start at zero; a split
 // point's factors come from the SVD of the weight the unfactored layer would draw.

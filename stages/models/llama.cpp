@@ -116,16 +116,17 @@ struct Slice : nn::Module {
     if (rank > 0) {
       frame = register_module("subspace", std::make_shared<detail::SubspaceFrame>(c.vocabSize, c.dModel, rank, 0, seed));
     }
-    const bool replaySubspace = rank > 0 && c.recompute;
+
     if (first == 0) tok = register_module("tok_emb", nn::Embedding(c.vocabSize, rank > 0 ? rank : c.dModel));
     for (int i = first; i < last; ++i) blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>(c)));
-    if (c.recompute && !replaySubspace) {
-      for (auto& block : blocks) recomputable.emplace_back([b = block.get()](const torch::Tensor& x) { return b->forward(x); });
-    }
     for (auto& block : blocks) {
-      if (!replaySubspace) break;
-      recomputable.push_back(detail::subspaceRecompute(
-          [b = block.get(), this](const torch::Tensor& x, const torch::Tensor& f) { return b->forward(x, f, *frame); }, rank));
+      if (!c.recompute) break;
+      if (frame) {  // the replay gets [c, F] and splits it
+        recomputable.push_back(detail::subspaceRecompute(
+            [b = block.get(), this](const torch::Tensor& x, const torch::Tensor& f) { return b->forward(x, f, *frame); }, rank));
+      } else {
+        recomputable.emplace_back([b = block.get()](const torch::Tensor& x) { return b->forward(x); });
+      }
     }
     if (last == c.layers) {
       norm = register_module("norm", std::make_shared<RmsNorm>(c.dModel, c.normEps));
@@ -263,7 +264,7 @@ int64_t llamaParameterCount(const LlamaConfig& c, int firstLayer, int lastLayer)
     const int64_t k = c.subspaceRank;
     const int64_t block = 2 * d + d * c.heads * hd + c.heads * hd * k + 2 * d * c.kvHeads * hd + 2 * d * int64_t{c.dFf} +
                           int64_t{c.dFf} * k;
-    int64_t count = block * (lastLayer - firstLayer) + int64_t{c.vocabSize} * d + d * k;
+    int64_t count = block * (lastLayer - firstLayer) + subspaceFrameCount(c.vocabSize, d, k, 0);
     if (firstLayer == 0) count += int64_t{c.vocabSize} * k;
     if (lastLayer == c.layers) count += d + int64_t{c.vocabSize} * d;
     return count;

@@ -93,8 +93,7 @@ class GptSource : public ModelSource {
   double frozenBytes(int) const override {
     const GptConfig& g = c_.gpt;
     if (g.subspaceRank <= 0) return 0;
-    const double positions = g.positions > 0 ? g.positions : g.seqLen;
-    return 4.0 * (double(g.vocabSize) * g.dModel + positions * g.dModel + double(g.dModel) * g.subspaceRank);
+    return 4.0 * double(subspaceFrameCount(g.vocabSize, g.dModel, g.subspaceRank, g.positions > 0 ? g.positions : g.seqLen));
   }
   double stashBytesPerSample(int stage) const override {
     const auto& s = c_.stages.at(stage);
@@ -129,7 +128,7 @@ class LlamaSource : public ModelSource {
   double frozenBytes(int) const override {
     const LlamaConfig& l = c_.llama;
     if (l.subspaceRank <= 0) return 0;
-    return 4.0 * (double(l.vocabSize) * l.dModel + double(l.dModel) * l.subspaceRank);
+    return 4.0 * double(subspaceFrameCount(l.vocabSize, l.dModel, l.subspaceRank, 0));
   }
   double stashBytesPerSample(int stage) const override {
     const auto& s = c_.stages.at(stage);

@@ -111,20 +111,4 @@ torch::Tensor SubspaceSlice::forward(const torch::Tensor& input) {
   return linear(*head, lnF->forward(frame->lift(fixed, coefficients)));
 }
 
-void initialiseSubspace(SubspaceSlice& slice, const GptConfig& c, uint64_t seed) {
-  torch::NoGradGuard noGrad;
-  const double residualStd = 0.02 / std::sqrt(2.0 * c.layers);
-  for (auto& item : slice.named_parameters()) {
-    const std::string& name = item.key();
-    torch::Tensor p = item.value();
-    if (name.find(".ln") != std::string::npos || name.rfind("ln_f", 0) == 0) {
-      endsWith(name, "weight") ? p.fill_(1.0) : p.zero_();
-    } else if (endsWith(name, "bias")) {
-      p.zero_();
-    } else {
-      p.copy_(drawWeight(name, p.sizes().vec(), endsWith(name, "proj.weight") ? residualStd : 0.02, seed));
-    }
-  }
-}
-
 }  // namespace skytrain::stages::detail

@@ -76,8 +76,4 @@ struct SubspaceSlice : nn::Module {
   torch::Tensor tokens;
 };
 
-// GPT-2's initialisation, by global name and seed, as initialise() does for GptSlice: the
-// output projections (now k wide) at the residual scale, norms at one, biases at zero.
-void initialiseSubspace(SubspaceSlice& slice, const GptConfig& c, uint64_t seed);
-
 }  // namespace skytrain::stages::detail
