@@ -284,7 +284,7 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
   const bool stageRequest = std::holds_alternative<StagePrepare>(request) || std::holds_alternative<StageStart>(request) ||
                             std::holds_alternative<StageAbort>(request) || std::holds_alternative<StagePlan>(request) ||
                             std::holds_alternative<StageProfile>(request) ||
-                            std::holds_alternative<StageHeartbeat>(request);
+                            std::holds_alternative<StageHeartbeat>(request) || std::holds_alternative<StageCommit>(request);
   if (stageRequest && !caller.isDaemon()) refuse(typeName(request) + " is for daemons: " + roleProblem(caller, "daemon"));
   if (const auto* m = std::get_if<StagePrepare>(&request)) return stages_->prepare(*m, caller.key);
   if (const auto* m = std::get_if<StageStart>(&request)) return stages_->start(*m, caller.key);
@@ -292,6 +292,7 @@ Json Daemon::handle(const protocol::Request& request, const Caller& caller) {
   if (const auto* m = std::get_if<StagePlan>(&request)) return stages_->plan(*m, caller.key);
   if (const auto* m = std::get_if<StageProfile>(&request)) return stages_->profile(*m, caller.key);
   if (const auto* m = std::get_if<StageHeartbeat>(&request)) return stages_->heartbeat(*m, caller.key);
+  if (const auto* m = std::get_if<StageCommit>(&request)) return stages_->commit(*m, caller.key);
   if (const auto* m = std::get_if<StoreRequest>(&request)) {
     checkStageSender(*m, caller, "rendezvous store request");
     return jobs_->store(*m);

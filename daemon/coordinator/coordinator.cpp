@@ -53,6 +53,11 @@ protocol::ControlClient Coordinator::clientFor(int slot) {
   return protocol::ControlClient(context_, protocol::placementOf(spec_, slot).daemon, {options_.self, options_.stageKeys[slot]});
 }
 
+std::unique_ptr<protocol::ControlClient> Coordinator::makeClient(int slot) {
+  return std::make_unique<protocol::ControlClient>(context_, protocol::placementOf(spec_, slot).daemon,
+                                                   protocol::ClientSecurity{options_.self, options_.stageKeys[slot]});
+}
+
 int Coordinator::slots() const { return protocol::slotCount(spec_); }
 
 nlohmann::json Coordinator::addressed(nlohmann::json message, int slot) const {
@@ -71,6 +76,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
   const std::string owner = table_.owner(jobId_).first;  // who may export the stages' weights
   const std::string proof = table_.proof(jobId_);
   for (int i = 0; i < slots(); ++i) {
+    if (!isActive(i)) continue;
     const std::string where = protocol::describeSlot(spec_, i) + " (" + protocol::placementOf(spec_, i).daemon + "): ";
     try {
       protocol::StagePrepare prepare;
@@ -85,6 +91,10 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.resumeStep = fromStep;
       prepare.inputShape = inferInputShape(outputs, i, attempt);
       prepare.dryRun = table_.progress(jobId_).dryRun;
+      const int pipeline = protocol::replicaOfSlot(spec_, i);
+      const bool joins = std::find(joiners_.begin(), joiners_.end(), pipeline) != joiners_.end();
+      prepare.resumeFrom = joins ? "peer" : resumeFrom_;
+      prepare.pipelines = pipelines_;
       const auto reply =
           protocol::parsePrepareReply(clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout));
       data[i] = reply.dataEndpoint;
@@ -103,6 +113,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
   // Replica r of a stage has replica r of its neighbours: one pipeline per copy, so the links
   // between clouds carry each sample once, whatever the number of copies.
   for (int slot = slots() - 1; slot >= 0; --slot) {
+    if (!isActive(slot)) continue;
     const int i = protocol::stageOfSlot(spec_, slot), r = protocol::replicaOfSlot(spec_, slot);
     auto at = [&](int stage) { return protocol::slotOf(spec_, stage, r); };
     protocol::StageStart start;
@@ -139,7 +150,121 @@ std::vector<int64_t> Coordinator::inferInputShape(const std::vector<std::vector<
 }
 
 void Coordinator::sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout) {
-  for (int i = 0; i < slots(); ++i) clientFor(i).request(addressed(message, i), timeout);
+  for (int i = 0; i < slots(); ++i) {
+    if (isActive(i)) clientFor(i).request(addressed(message, i), timeout);
+  }
+}
+
+bool Coordinator::isActive(int slot) const {
+  return pipelines_.empty() ||
+         std::find(pipelines_.begin(), pipelines_.end(), protocol::replicaOfSlot(spec_, slot)) != pipelines_.end();
+}
+
+std::vector<int> Coordinator::activePipelines() const {
+  if (!pipelines_.empty()) return pipelines_;
+  std::vector<int> all;
+  for (int r = 0; r < protocol::replicaCount(spec_); ++r) all.push_back(r);
+  return all;
+}
+
+void Coordinator::postToSlots(const nlohmann::json& message) {
+  slotClients_.resize(slots());
+  for (int i = 0; i < slots(); ++i) {
+    if (!isActive(i)) continue;
+    try {
+      auto& client = slotClients_[i];
+      if (!client) client = makeClient(i);
+      client->post(addressed(message, i));
+      while (client->tryReceive()) {
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("job {}: {} to {}: {}", jobId_, message.value("type", "?"), protocol::describeSlot(spec_, i), e.what());
+    }
+  }
+}
+
+void Coordinator::abortAfterCommits(const std::set<std::string>& skip) {
+  slotClients_.resize(slots());
+  for (int i = 0; i < slots(); ++i) {
+    if (skip.count(protocol::placementOf(spec_, i).daemon)) continue;
+    try {
+      auto& client = slotClients_[i];
+      if (!client) client = makeClient(i);
+      client->request(addressed({{"type", protocol::kStageAbort}}, i), std::chrono::milliseconds(2000));
+    } catch (const std::exception& e) {
+      spdlog::warn("job {}: could not abort {}: {}", jobId_, protocol::describeSlot(spec_, i), e.what());
+    }
+  }
+}
+
+std::vector<int> Coordinator::wholePipelines(std::set<std::string>& silent) {
+  std::map<std::string, bool> answers;  // by daemon: one ping each
+  auto answers_ = [&](int slot) {
+    const std::string& daemon = protocol::placementOf(spec_, slot).daemon;
+    if (!answers.count(daemon)) {
+      try {
+        clientFor(slot).request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
+        answers[daemon] = true;
+      } catch (const std::exception&) {
+        answers[daemon] = false;
+        silent.insert(daemon);
+      }
+    }
+    return answers[daemon];
+  };
+  std::vector<int> whole;
+  for (int r : activePipelines()) {
+    bool all = true;
+    for (int i = 0; i < static_cast<int>(spec_.stages.size()); ++i) all = answers_(protocol::slotOf(spec_, i, r)) && all;
+    if (all) whole.push_back(r);
+  }
+  return whole;
+}
+
+void Coordinator::beginRejoin(int attempt) {
+  abortAfterCommits({});  // each copy that trains stops after the last commit
+  std::vector<int> next = activePipelines();
+  next.insert(next.end(), rejoining_.begin(), rejoining_.end());
+  std::sort(next.begin(), next.end());
+  pipelines_ = next.size() == static_cast<size_t>(protocol::replicaCount(spec_)) ? std::vector<int>{} : next;
+  joiners_ = rejoining_;
+  resumeFrom_ = "memory";
+  table_.addEvent(jobId_, fmt::format("attempt {}: pipeline{} {} rejoin{} from step {}, taking the state from a healthy copy",
+                                      attempt + 1, joiners_.size() == 1 ? "" : "s", fmt::join(joiners_, ", "),
+                                      joiners_.size() == 1 ? "s" : "", committed_ + 2));
+}
+
+bool Coordinator::tryHeal(int attempt) {
+  // A heal or rejoin that failed restarts from the checkpoint, and so does a failure with no
+  // step committed since the last heal (it could recur without end).
+  if (!protocol::heals(spec_) || committed_ < 0 || !resumeFrom_.empty() || committed_ == healedAt_) return false;
+  const std::vector<int> before = activePipelines();
+  std::set<std::string> silent;  // daemons that did not answer: their stages free themselves
+  const std::vector<int> whole = wholePipelines(silent);
+  if (whole.empty() || spec_.batchSize % static_cast<int>(whole.size()) != 0) return false;
+  std::vector<int> left;
+  for (int r : before) {
+    if (std::find(whole.begin(), whole.end(), r) == whole.end()) left.push_back(r);
+  }
+  // Each copy applies the last commit before it stops: what it keeps is of step committed_.
+  // Not on the daemons that did not answer: each of those frees its stages when the
+  // heartbeats stop, and waiting on them would hold the heal.
+  abortAfterCommits(silent);
+  healedAt_ = committed_;
+  pipelines_ = whole.size() == static_cast<size_t>(protocol::replicaCount(spec_)) ? std::vector<int>{} : whole;
+  joiners_.clear();
+  resumeFrom_ = "memory";
+  const auto names = [](const std::vector<int>& p) {
+    return fmt::format("pipeline{} {}", p.size() == 1 ? "" : "s", fmt::join(p, ", "));
+  };
+  const std::string text =
+      "attempt " + std::to_string(attempt + 1) + ": healed in place from step " + std::to_string(committed_ + 2) +
+      (left.empty() ? std::string(", every pipeline still whole")
+                    : ": " + names(left) + " left, " + names(whole) + (whole.size() == 1 ? " carries" : " carry") +
+                          " the whole batch") +
+      " (no restart, no step lost)";
+  table_.addEvent(jobId_, text);
+  return true;
 }
 
 void Coordinator::plan(const std::vector<nlohmann::json>& profiles, int64_t step, const std::string& reason) {
@@ -191,8 +316,9 @@ void Coordinator::run() {
     int attempt = resume_ ? table_.progress(jobId_).attempt + 1 : 0;
     while (true) {
       threadLogFields().attempt = attempt;
-      const int64_t from = table_.progress(jobId_).lastCheckpoint;
-      if (attempt > 0) {
+      const bool inMemory = !resumeFrom_.empty();  // a heal or a rejoin: from what the stages kept
+      const int64_t from = inMemory ? committed_ : table_.progress(jobId_).lastCheckpoint;
+      if (attempt > 0 && !inMemory) {
         table_.addEvent(jobId_, from >= 0 ? "attempt " + std::to_string(attempt) + ": resuming from the checkpoint of step " +
                                                 std::to_string(from + 1)
                                           : "attempt " + std::to_string(attempt) + ": no complete checkpoint, starting over");
@@ -205,8 +331,8 @@ void Coordinator::run() {
         outcome = Outcome::Retry;
         why = e.what();
       } catch (const WireError& e) {  // a bad checkpoint: fall back to the one before
-        if (from < 0) throw;
-        table_.dropCheckpoint(jobId_, from);
+        if (from < 0 && !inMemory) throw;
+        if (!inMemory) table_.dropCheckpoint(jobId_, from);
         outcome = Outcome::Retry;
         why = std::string(e.what()) + "; falling back to the previous checkpoint";
       }
@@ -215,7 +341,12 @@ void Coordinator::run() {
                           why.find(protocol::kBadData) != std::string::npos ||
                           why.find(protocol::kBadSpec) != std::string::npos;
       if (outcome == Outcome::Retry && recurs) throw Error(why);
-      if (outcome == Outcome::Retry && from >= 0 && why.find(protocol::kBadCheckpoint) != std::string::npos) {
+      if (outcome == Outcome::Rejoin) {
+        beginRejoin(attempt);
+        ++attempt;
+        continue;
+      }
+      if (outcome == Outcome::Retry && !inMemory && from >= 0 && why.find(protocol::kBadCheckpoint) != std::string::npos) {
         table_.dropCheckpoint(jobId_, from);
         why += "; falling back to the previous checkpoint";
       }
@@ -224,8 +355,22 @@ void Coordinator::run() {
         table_.transition(jobId_, JobState::Succeeded);
         break;
       }
-      // The failure is on record before the abort, which may wait on a lost daemon.
+      // The failure is on record before any abort, which may wait on a lost daemon, and
+      // before a heal's pings.
       if (outcome == Outcome::Retry) table_.addFailure(jobId_, attempt, why);
+      if (outcome == Outcome::Retry && tryHeal(attempt)) {
+        ++attempt;
+        continue;
+      }
+      if (inMemory) {  // the heal or rejoin itself failed: back to the checkpoint, on the pipelines that trained
+        std::vector<int> trained;
+        for (int r : activePipelines()) {
+          if (std::find(joiners_.begin(), joiners_.end(), r) == joiners_.end()) trained.push_back(r);
+        }
+        pipelines_ = trained.size() == static_cast<size_t>(protocol::replicaCount(spec_)) ? std::vector<int>{} : trained;
+        joiners_.clear();
+        resumeFrom_.clear();
+      }
       abortStages();
       if (outcome != Outcome::Retry) break;
       if (table_.progress(jobId_).dryRun) throw Error(why);
@@ -255,6 +400,7 @@ bool Coordinator::waitForStages() {
   while (!stopping_) {
     bool all = true;
     for (int i = 0; i < slots() && all; ++i) {
+      if (!isActive(i)) continue;  // a healing job's pipeline that left rejoins when it answers
       try {
         clientFor(i).request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
       } catch (const std::exception&) {
@@ -271,7 +417,9 @@ bool Coordinator::waitForStages() {
 
 Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std::string& why) {
   const bool resumed = fromStep >= 0;
-  table_.beginAttempt(jobId_, attempt, fromStep);
+  table_.beginAttempt(jobId_, attempt, fromStep, pipelines_);
+  committed_ = fromStep;  // the steps up to fromStep are applied everywhere
+  slotClients_.clear();   // a new attempt's commits go out on new connections
   try {
     prepareAndStart(attempt, fromStep);
   } catch (const Error& e) {
@@ -291,14 +439,34 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
     throw;
   }
   std::vector<HeartbeatTarget> targets;
+  std::vector<int> watched;  // the slot of each target: those that train
   for (int i = 0; i < slots(); ++i) {
+    if (!isActive(i)) continue;
+    watched.push_back(i);
     targets.push_back({protocol::placementOf(spec_, i).daemon, {options_.self, options_.stageKeys[i]},
                        protocol::stageOfSlot(spec_, i), protocol::replicaOfSlot(spec_, i), protocol::describeSlot(spec_, i),
                        i < static_cast<int>(admissions_.size()) ? admissions_[i] : ""});
   }
   HeartbeatMonitor heartbeats(context_, jobId_, std::move(targets), spec_.failure.heartbeatS, spec_.failure.misses);
+  auto targetOf = [&](int slot) {
+    return static_cast<int>(std::find(watched.begin(), watched.end(), slot) - watched.begin());
+  };
+  // A healing job's pipelines that do not train: pinged every heartbeat interval, and once
+  // every daemon of one answers, it rejoins at the next commit.
+  std::vector<int> away;
+  for (int i = 0; i < slots(); ++i) {
+    if (!isActive(i)) away.push_back(i);
+  }
+  std::map<int, std::unique_ptr<protocol::ControlClient>> pingers;
+  std::map<int, std::chrono::steady_clock::time_point> answered;
+  auto nextPing = std::chrono::steady_clock::now();
+  const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(spec_.failure.heartbeatS));
+  uint64_t pingId = 1;
   spdlog::info("job {}: attempt {} running on {} stages{}", jobId_, attempt, spec_.stages.size(),
-               resumed ? " from the checkpoint of step " + std::to_string(fromStep + 1) : "");  // as the event says
+               !resumed          ? std::string()
+               : resumeFrom_.empty() ? " from the checkpoint of step " + std::to_string(fromStep + 1)
+                                     : " from the state after step " + std::to_string(fromStep + 1) + " kept in memory");  // as the event says
   int64_t profileStep = resumed ? fromStep + 1 : 0;
   std::string reason = "initial plan";
   // A resumed stage runs under its checkpoint's plan, without profiling.
@@ -322,9 +490,10 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       why = *now.stageFailure;
       return Outcome::Retry;
     }
-    for (int s : now.stagesDone) heartbeats.finished(s);
+    for (int s : now.stagesDone) heartbeats.finished(targetOf(s));
     heartbeats.setComplete(now.lastCheckpoint);
     if (auto lost = heartbeats.lost()) {
+      lost->stage = watched[lost->stage];  // a slot
       // A stage that is done may be freed before its report is read here (a fan-in's
       // producers finish first): near the job's end, give its report a moment before
       // calling it lost. Before that no stage can be done, and a loss is a loss at once.
@@ -338,6 +507,40 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       if (table_.progress(jobId_).stagesDone.count(lost->stage)) continue;
       why = lost->why;
       return Outcome::Retry;
+    }
+    bool committed = false;
+    if (protocol::heals(spec_)) {
+      while (table_.takeReady(jobId_, committed_ + 1)) {
+        ++committed_;
+        postToSlots({{"type", protocol::kStageCommit}, {"step", committed_}});
+        committed = true;
+      }
+    }
+    if (!away.empty()) {
+      const auto turn = std::chrono::steady_clock::now();
+      for (int slot : away) {
+        try {
+          auto& pinger = pingers[slot];
+          if (!pinger) pinger = makeClient(slot);
+          if (turn >= nextPing) pinger->post({{"type", protocol::kPing}, {"id", pingId++}});
+          while (auto reply = pinger->tryReceive()) {
+            if (reply->value("ok", false)) answered[slot] = turn;
+          }
+        } catch (const std::exception&) {
+        }
+      }
+      if (turn >= nextPing) nextPing = turn + interval;
+      rejoining_.clear();
+      for (int r = 0; r < protocol::replicaCount(spec_); ++r) {
+        bool back = !isActive(protocol::slotOf(spec_, 0, r));
+        for (int i = 0; i < static_cast<int>(spec_.stages.size()) && back; ++i) {
+          const auto it = answered.find(protocol::slotOf(spec_, i, r));
+          back = it != answered.end() && turn - it->second < 3 * interval;
+        }
+        if (back) rejoining_.push_back(r);
+      }
+      // At a commit: every copy that trains applies it before the abort that follows.
+      if (!rejoining_.empty() && committed && committed_ + 1 < spec_.steps) return Outcome::Rejoin;
     }
     if (awaitingProfiles) {
       const auto profiles = table_.takeProfiles(jobId_, profileStep);

@@ -7,8 +7,11 @@
 #include <zmq.hpp>
 
 #include <atomic>
+#include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/coordinator/job_table.h"
 #include "daemon/protocol/control.h"
@@ -35,7 +38,8 @@ class Coordinator {
   bool finished() const { return finished_.load(); }
 
  private:
-  enum class Outcome { Succeeded, Cancelled, Stopped, Retry };
+  // Rejoin: a healing job's pipeline that had left can train again (its daemons answer).
+  enum class Outcome { Succeeded, Cancelled, Stopped, Retry, Rejoin };
   void run();
   // One attempt from the checkpoint after `fromStep` (-1: from scratch). Throws on a final
   // failure; returns Retry with `why` set when a restart may help.
@@ -53,8 +57,29 @@ class Coordinator {
   std::vector<int64_t> inferInputShape(const std::vector<std::vector<int64_t>>& outputs, int slot, int attempt);
   void sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout);
   void abortStages();
+
+  // Healing (protocol::heals; docs/failures.md). Each step is applied once every slot that
+  // trains is ready for it: the coordinator then posts the commit, in order with the aborts
+  // it may post after (postToSlots: one connection per slot). When a copy is lost, the
+  // pipelines whose daemons all still answer go on from the last committed step, which
+  // their daemons kept in memory, with the batch split over them (heal); a pipeline whose
+  // daemons answer again rejoins at a commit, taking the state from a healthy copy.
+  bool isActive(int slot) const;
+  std::vector<int> activePipelines() const;
+  void postToSlots(const nlohmann::json& message);
+  // Aborts every slot's stage through postToSlots' connections, after the commits posted
+  // there (a copy applies the last before it stops), except on the daemons in `skip`.
+  void abortAfterCommits(const std::set<std::string>& skip);
+  // The active pipelines whose slots' daemons all answer a ping now; adds the daemons that
+  // do not to `silent`.
+  std::vector<int> wholePipelines(std::set<std::string>& silent);
+  // After a failure (on record): heals in place if it can (and says so in an event), else false.
+  bool tryHeal(int attempt);
+  // Outcome::Rejoin: the next attempt adds rejoining_ to the pipelines that train.
+  void beginRejoin(int attempt);
   // A control client to the daemon of a slot (a stage's copy, job_spec.h), authenticated by its key.
   protocol::ControlClient clientFor(int slot);
+  std::unique_ptr<protocol::ControlClient> makeClient(int slot);  // the same, kept
   int slots() const;
   // A stage request addressed to a slot's stage and replica of this job.
   nlohmann::json addressed(nlohmann::json message, int slot) const;
@@ -73,6 +98,13 @@ class Coordinator {
   int plannedMicroBatches_ = 1;
   std::vector<double> calibration_;   // per stage: seconds per micro-batch profiling misses
   std::vector<std::string> admissions_;  // per slot: what its daemon's admission estimated (prepare's reply)
+  std::vector<int> pipelines_;   // those that train (empty: all)
+  std::vector<int> joiners_;     // of those, the ones that rejoin in this attempt (state from a peer)
+  std::vector<int> rejoining_;   // Outcome::Rejoin's: the pipelines that may train again
+  std::string resumeFrom_;       // "memory": this attempt resumes from the stages' kept state
+  int64_t committed_ = -1;       // the newest step committed (a healing job)
+  int64_t healedAt_ = -2;        // committed_ at the last heal
+  std::vector<std::unique_ptr<protocol::ControlClient>> slotClients_;  // postToSlots', per slot
   std::thread thread_;  // owns a DEALER per stage daemon (inside run)
 };
 

@@ -42,6 +42,16 @@ bool isTerminal(JobState state) {
   return state == JobState::Succeeded || state == JobState::Failed || state == JobState::Cancelled;
 }
 
+int activeSlots(const JobRecord& r) {
+  return r.reports.pipelines.empty() ? protocol::slotCount(r.spec)
+                                     : static_cast<int>(r.spec.stages.size() * r.reports.pipelines.size());
+}
+
+bool isActiveSlot(const JobRecord& r, int slot) {
+  const auto& p = r.reports.pipelines;
+  return p.empty() || std::find(p.begin(), p.end(), protocol::replicaOfSlot(r.spec, slot)) != p.end();
+}
+
 double stepBubble(const Json& row) {
   const double seconds = row.value("step_s", 0.0);
   const Json& perStage = row.value("compute_s", Json::array());

@@ -46,7 +46,12 @@ struct AttemptReports {
   std::map<int64_t, std::set<int>> confirmations;   // step -> slots that wrote its checkpoint
   std::map<int64_t, std::map<int, Json>> profiles;  // step -> slot -> profile
   std::map<int64_t, std::map<int, Json>> pending;   // step -> slot -> step report
+  std::map<int64_t, std::set<int>> ready;           // a healing job: step -> slots that await its commit
+  // The pipelines (replicas) that train in this attempt; empty: all. Steps, checkpoints and
+  // the end count their slots only.
+  std::vector<int> pipelines;
 };
+
 
 struct JobRecord {
   std::string id;
@@ -91,5 +96,10 @@ struct JobRecord {
   // under the plan in force; {} before the first step.
   Json summary() const;
 };
+
+// How many slots the pipelines that train in the current attempt have, and whether a slot
+// is one of them.
+int activeSlots(const JobRecord& r);
+bool isActiveSlot(const JobRecord& r, int slot);
 
 }  // namespace skytrain::daemon

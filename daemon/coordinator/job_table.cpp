@@ -133,7 +133,7 @@ JobProgress JobTable::progress(const std::string& id) const {
   p.stepsDone = static_cast<int64_t>(r.steps.size());
   p.stageFailure = r.reports.stageFailure;
   p.stagesDone = r.reports.stagesDone;
-  p.allStagesDone = static_cast<int>(r.reports.stagesDone.size()) == protocol::slotCount(r.spec);
+  p.allStagesDone = static_cast<int>(r.reports.stagesDone.size()) == activeSlots(r);
   return p;
 }
 
@@ -184,11 +184,12 @@ bool JobTable::reopen(const std::string& id, const std::string& why) {
   return true;
 }
 
-void JobTable::beginAttempt(const std::string& id, int attempt, int64_t fromStep) {
+void JobTable::beginAttempt(const std::string& id, int attempt, int64_t fromStep, std::vector<int> pipelines) {
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord& r = find(id);
   r.attempt = attempt;
   r.reports = AttemptReports{};
+  r.reports.pipelines = std::move(pipelines);
   r.rendezvous.clear();  // copies of the new attempt meet afresh
   const size_t keep = static_cast<size_t>(fromStep + 1);
   if (r.steps.size() > keep) {
@@ -251,12 +252,21 @@ void JobTable::waitForChange(const std::string& id, std::chrono::milliseconds ti
   changed_.wait_for(lock, timeout, [&] { return r.version != seen; });
 }
 
+bool JobTable::takeReady(const std::string& id, int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  JobRecord& r = find(id);
+  auto it = r.reports.ready.find(step);
+  if (it == r.reports.ready.end() || static_cast<int>(it->second.size()) != activeSlots(r)) return false;
+  r.reports.ready.erase(r.reports.ready.begin(), std::next(it));
+  return true;
+}
+
 std::optional<std::vector<Json>> JobTable::takeProfiles(const std::string& id, int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord& r = find(id);
   auto& profiles = r.reports.profiles;
   auto it = profiles.find(step);
-  if (it == profiles.end() || static_cast<int>(it->second.size()) != protocol::slotCount(r.spec)) return std::nullopt;
+  if (it == profiles.end() || static_cast<int>(it->second.size()) != activeSlots(r)) return std::nullopt;
   std::vector<Json> out;  // replica 0's, one per stage: the copies run the same shapes
   for (auto& entry : it->second) {
     if (entry.first < static_cast<int>(r.spec.stages.size())) out.push_back(std::move(entry.second));

@@ -74,7 +74,11 @@ class JobTable {
 
   // Attempts and restarts. beginAttempt forgets the reports of earlier attempts and the
   // steps after `fromStep` (they will be run again), and moves the job to running.
-  void beginAttempt(const std::string& id, int attempt, int64_t fromStep);
+  // `pipelines`: those that train in it (a healing job's; empty: all).
+  void beginAttempt(const std::string& id, int attempt, int64_t fromStep, std::vector<int> pipelines = {});
+  // A healing job: whether every slot that trains awaits the commit of `step` (its
+  // readiness is then forgotten).
+  bool takeReady(const std::string& id, int64_t step);
   void countRestart(const std::string& id);
   // Forgets a checkpoint that could not be restored.
   void dropCheckpoint(const std::string& id, int64_t step);

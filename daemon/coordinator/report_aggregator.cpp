@@ -32,6 +32,10 @@ bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) 
                     std::to_string(report.replica) + ", which does not exist");
   }
   const int stage = protocol::slotOf(r.spec, report.stage, report.replica);  // a slot: stage i replica 0 is i
+  if (!isActiveSlot(r, stage)) {
+    throw WireError("report for job " + r.id + " from " + protocol::describeSlot(r.spec, stage) +
+                    ", whose pipeline does not train in this attempt");
+  }
   AttemptReports& reports = r.reports;
   switch (report.kind) {
     case ReportKind::Step:
@@ -41,8 +45,15 @@ bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) 
       reports.pending[report.step][stage] = protocol::toJson(report);
       completeSteps(r);
       break;
+    case ReportKind::Ready:
+      if (report.step < static_cast<int64_t>(r.steps.size()) || report.step >= r.spec.steps) {
+        throw WireError("report for job " + r.id + " step " + std::to_string(report.step + 1) + " is out of order");
+      }
+      reports.ready[report.step].insert(stage);
+      break;
     case ReportKind::Eval:
-      if (report.replica > 0) break;  // replica 0's pipeline validates for all
+      // The first pipeline that trains validates for all.
+      if (report.replica != (reports.pipelines.empty() ? 0 : reports.pipelines.front())) break;
       r.evals.push_back({{"step", report.step}, {"loss", *report.loss}, {"time", wallSeconds()}});
       if (report.accuracy) r.evals.back()["accuracy"] = *report.accuracy;
       if (report.bleu) r.evals.back()["bleu"] = *report.bleu;
@@ -78,7 +89,7 @@ bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) 
 void ReportAggregator::confirmCheckpoint(JobRecord& r, int64_t step, int slot) const {
   auto& confirmed = r.reports.confirmations[step];
   confirmed.insert(slot);
-  if (static_cast<int>(confirmed.size()) != protocol::slotCount(r.spec)) return;
+  if (static_cast<int>(confirmed.size()) != activeSlots(r)) return;
   r.reports.confirmations.erase(step);
   if (r.checkpoints.empty() || r.checkpoints.back() < step) r.checkpoints.push_back(step);
   r.checkpointAt = wallSeconds();
@@ -90,7 +101,7 @@ void ReportAggregator::confirmCheckpoint(JobRecord& r, int64_t step, int slot) c
 void ReportAggregator::completeSteps(JobRecord& r) const {
   auto& pending = r.reports.pending;
   const size_t stages = r.spec.stages.size();
-  const size_t slots = static_cast<size_t>(protocol::slotCount(r.spec));
+  const size_t slots = static_cast<size_t>(activeSlots(r));
   while (!pending.empty() && pending.begin()->second.size() == slots &&
          pending.begin()->first == static_cast<int64_t>(r.steps.size())) {
     const auto& reports = pending.begin()->second;
@@ -98,12 +109,15 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
     bool skipped = false;
     int lead = -1;
     Json compute = Json::array(), losses = Json::array();
-    // The training loss: the mean of the last stage's copies, each over its share of the batch.
+    // The training loss: the mean of the last stage's copies that train, each over its share
+    // of the batch.
     Json loss = 0.0;
+    const int copies = activeSlots(r) / static_cast<int>(stages);
     for (int replica = 0; replica < protocol::replicaCount(r.spec); ++replica) {
-      const Json& part = reports.at(protocol::slotOf(r.spec, static_cast<int>(stages) - 1, replica)).at("loss");
-      loss = part.is_number() && loss.is_number() ? Json(loss.get<double>() + part.get<double>() / protocol::replicaCount(r.spec))
-                                                  : Json();
+      const int slot = protocol::slotOf(r.spec, static_cast<int>(stages) - 1, replica);
+      if (!isActiveSlot(r, slot)) continue;
+      const Json& part = reports.at(slot).at("loss");
+      loss = part.is_number() && loss.is_number() ? Json(loss.get<double>() + part.get<double>() / copies) : Json();
     }
     for (const auto& entry : reports) {
       stepSeconds = std::max(stepSeconds, entry.second.at("step_s").get<double>());

@@ -109,13 +109,28 @@ class ControlStore : public c10d::Store {
 struct ReplicaGroup::Impl {
   c10::intrusive_ptr<Collectives> group;
   std::string backend;
+  std::function<bool()> aborted;
+  c10::Device device = c10::Device(c10::kCPU);
+  // Waits for a collective, polling the abort check.
+  template <typename Work>
+  void wait(const Work& work) {
+    auto pause = std::chrono::microseconds(20);
+    while (!work->isCompleted()) {
+      if (aborted()) throw PeerError("the stage was aborted");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+    work->wait();
+  }
   // One flat bucket a dtype and device, kept from step to step (a stage's gradients keep
   // their sizes): the all-reduce allocates nothing after the first step.
   std::map<std::pair<c10::ScalarType, std::string>, at::Tensor> buckets;  // by dtype and "device/collective"
 };
 
 ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o)
-    : impl_(std::make_unique<Impl>()), size_(o.replicas) {
+    : impl_(std::make_unique<Impl>()), size_(o.replicas), rank_(o.replica) {
+  impl_->aborted = o.aborted;
+  impl_->device = c10::Device(o.device);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeoutS * 1000));
   auto store = c10::make_intrusive<ControlStore>(context, o, timeout);
   const bool cuda = o.device.rfind("cuda", 0) == 0;
@@ -156,7 +171,7 @@ std::string ReplicaGroup::backend() const { return impl_->backend; }
 
 void ReplicaGroup::average(const std::vector<at::Tensor>& tensors) {
   collect(tensors, "gradient all-reduce", [&](std::vector<at::Tensor>& flat) {
-    impl_->group->allreduce(flat)->wait();
+    impl_->wait(impl_->group->allreduce(flat));
     flat[0].div_(size_);
   });
 }
@@ -165,8 +180,43 @@ void ReplicaGroup::broadcast(const std::vector<at::Tensor>& tensors, int root) {
   collect(tensors, "ZeRO-1 broadcast from copy " + std::to_string(root), [&](std::vector<at::Tensor>& flat) {
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    impl_->group->broadcast(flat, options)->wait();
+    impl_->wait(impl_->group->broadcast(flat, options));
   });
+}
+
+void ReplicaGroup::sum(at::Tensor& counts) {
+  std::vector<at::Tensor> flat{counts};
+  try {
+    impl_->wait(impl_->group->allreduce(flat));
+  } catch (const std::exception& e) {
+    throw PeerError("a count among the stage's replicas failed: " + std::string(e.what()).substr(0, 400));
+  }
+}
+
+void ReplicaGroup::broadcastBytes(std::string& bytes, int root, size_t maxBytes) {
+  const std::string what = "the state from copy " + std::to_string(root);
+  try {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    const auto on = at::TensorOptions().device(impl_->device);
+    std::vector<at::Tensor> size{at::full({1}, static_cast<int64_t>(bytes.size()), on.dtype(at::kLong))};
+    impl_->wait(impl_->group->broadcast(size, options));
+    const int64_t n = size[0].item<int64_t>();  // the root's word: bounded before anything is allocated
+    if (n < 0 || static_cast<uint64_t>(n) > maxBytes) {
+      throw PeerError(what + " is " + std::to_string(n) + " bytes, over the " + std::to_string(maxBytes) + " this copy takes");
+    }
+    std::vector<at::Tensor> data{rank_ == root ? at::from_blob(bytes.data(), {n}, at::kByte).to(on.dtype(at::kByte), false, /*copy=*/true)
+                                               : at::empty({n}, on.dtype(at::kByte))};
+    impl_->wait(impl_->group->broadcast(data, options));
+    if (rank_ != root) {
+      const at::Tensor host = data[0].cpu();
+      bytes.assign(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), static_cast<size_t>(n));
+    }
+  } catch (const PeerError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PeerError(what + " failed: " + std::string(e.what()).substr(0, 400));
+  }
 }
 
 void ReplicaGroup::collect(const std::vector<at::Tensor>& tensors, const std::string& what,

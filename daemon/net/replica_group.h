@@ -27,13 +27,15 @@ struct ReplicaGroupOptions {
   protocol::ClientSecurity security;   // this daemon's keys and the coordinator's key
   std::string job;
   int stage = 0;
-  int replica = 0;   // this copy: the rank
-  int replicas = 1;  // the group's size
+  int replica = 0;   // this copy's rank: its place among the pipelines that train
+  int replicas = 1;  // the group's size: how many pipelines train
   int attempt = 0;   // the store's generation: an earlier attempt's keys are gone
   std::string privateAddress;  // where Gloo binds (config.h)
   std::string device = "cpu";  // "cpu": Gloo; "cuda[:N]": NCCL
   double timeoutS = 120;       // rendezvous and each collective
-  std::function<bool()> aborted = [] { return false; };  // polled while waiting for the copies
+  // Polled while waiting for the copies, at the rendezvous and in each collective (a copy
+  // that hangs must not hold a healing job's other copies for the timeout).
+  std::function<bool()> aborted = [] { return false; };
 };
 
 class ReplicaGroup {
@@ -49,9 +51,16 @@ class ReplicaGroup {
   // Copies rank `root`'s values of the tensors to every copy, in place: one flat bucket per
   // dtype (ZeRO-1: each copy's updated shard, to the others).
   void broadcast(const std::vector<at::Tensor>& tensors, int root);
+  // Sums int64 counts over the copies, in place (which copies hold a stage's state).
+  void sum(at::Tensor& counts);
+  // Rank `root`'s bytes to every copy: the size first, refused by a receiver above
+  // maxBytes before it allocates, then the bytes (a healing job's state, to a copy that
+  // rejoins).
+  void broadcastBytes(std::string& bytes, int root, size_t maxBytes);
   // The backend's name ("gloo", "nccl").
   std::string backend() const;
   int size() const { return size_; }
+  int rank() const { return rank_; }
 
  private:
   // Flattens the tensors into one bucket per dtype, runs `collective` on it, copies back.
@@ -61,6 +70,7 @@ class ReplicaGroup {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int size_ = 1;
+  int rank_ = 0;
 };
 
 }  // namespace skytrain::daemon

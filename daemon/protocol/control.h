@@ -29,6 +29,7 @@ inline constexpr const char* kStageAbort = "stage.abort";
 inline constexpr const char* kStagePlan = "stage.plan";        // m, schedule, warm-ups from the planner
 inline constexpr const char* kStageProfile = "stage.profile";  // profile again before at_step (-1: cancel)
 inline constexpr const char* kStageReport = "stage.report";  // one-way, no reply
+inline constexpr const char* kStageCommit = "stage.commit";  // a healing job's step may be applied
 
 // A request over kMaxControlMessageBytes gets an error reply naming the limit; one over
 // kControlSocketLimit is dropped by ZeroMQ with its connection.

@@ -80,6 +80,7 @@ FailureSpec parseFailure(ObjectReader r) {
   f.misses = static_cast<int>(r.integer("misses", f.misses, 1, 1000));
   f.maxRestarts = static_cast<int>(r.integer("max_restarts", f.maxRestarts, 0, 1000));
   f.restartTimeoutS = r.number("restart_timeout_s", f.restartTimeoutS, 0, 86400 * 7);
+  f.heal = r.boolean("heal", f.heal);
   r.finish();
   return f;
 }

@@ -223,6 +223,9 @@ struct FailureSpec {
   int misses = 3;
   int maxRestarts = 3;
   double restartTimeoutS = 60;
+  // A replicated job heals in place (heals() below): each step is applied on the
+  // coordinator's commit, and a lost copy's pipeline leaves while the others go on.
+  bool heal = true;
 
   double lostAfterS() const { return heartbeatS * misses; }
 };
@@ -283,6 +286,13 @@ inline int stageOfSlot(const JobSpec& spec, int slot) { return slot % static_cas
 inline int replicaOfSlot(const JobSpec& spec, int slot) { return slot / static_cast<int>(spec.stages.size()); }
 inline int slotOf(const JobSpec& spec, int stage, int replica) {
   return replica * static_cast<int>(spec.stages.size()) + stage;
+}
+// Whether a job heals in place when a copy is lost (docs/failures.md): replicated, with
+// failure.heal, the synchronous update (the delayed one overlaps steps, so no step
+// boundary is a consistent cut), no ZeRO-1 (a lost copy's optimizer shard is gone), a chain.
+inline bool heals(const JobSpec& spec) {
+  return replicaCount(spec) > 1 && spec.failure.heal && spec.update == "sync" && spec.optimizer.zero == 0 &&
+         !isFanIn(spec);
 }
 // The daemon, key and device of a slot.
 Placement placementOf(const JobSpec& spec, int slot);

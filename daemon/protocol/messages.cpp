@@ -71,7 +71,7 @@ StageReport parseReport(ObjectReader& r) {
   m.attempt = static_cast<int>(r.integer("attempt", 0, 0, 1 << 20));
   const std::string kind = r.string("kind", std::nullopt);
   const ReportKind kinds[] = {ReportKind::Step, ReportKind::Eval, ReportKind::Profile, ReportKind::Checkpoint,
-                              ReportKind::Done, ReportKind::Failed};
+                              ReportKind::Done, ReportKind::Failed, ReportKind::Ready};
   bool known = false;
   for (ReportKind k : kinds) {
     if (toString(k) == kind) m.kind = k, known = true;
@@ -210,6 +210,24 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     m.resumeStep = r.integer("resume_step", -1, -1, kBig);
     if (const json* shape = r.child("input_shape", false)) m.inputShape = parseSampleShape(*shape, r.pathOf("input_shape"));
     m.dryRun = r.boolean("dry_run", false);
+    m.resumeFrom = boundedString(r, "resume_from", std::string(), 16);
+    if (m.resumeFrom != "" && m.resumeFrom != "memory" && m.resumeFrom != "peer") {
+      throw SpecError(r.pathOf("resume_from"), describe(json(m.resumeFrom)) + " is not \"memory\" or \"peer\"");
+    }
+    if (!m.resumeFrom.empty() && m.resumeStep < 0) throw SpecError(r.pathOf("resume_from"), "needs a resume_step");
+    if (const json* pipelines = r.child("pipelines", false)) {
+      if (!pipelines->is_array() || pipelines->empty() || pipelines->size() > 256) {
+        throw SpecError(r.pathOf("pipelines"), "expected an array of 1 to 256 replica indices");
+      }
+      for (size_t i = 0; i < pipelines->size(); ++i) {
+        const json& p = (*pipelines)[i];
+        if (!p.is_number_integer() || p.get<int64_t>() < 0 || p.get<int64_t>() > 255 ||
+            (i > 0 && p.get<int64_t>() <= m.pipelines.back())) {
+          throw SpecError(r.pathOf("pipelines") + "[" + std::to_string(i) + "]", "expected replica indices, ascending");
+        }
+        m.pipelines.push_back(static_cast<int>(p.get<int64_t>()));
+      }
+    }
     return m;
   }
   if (type == "stage.start") {
@@ -233,6 +251,12 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     return m;
   }
   if (type == "stage.abort") return refOnly<StageAbort>(r);
+  if (type == "stage.commit") {
+    StageCommit m;
+    readRef(r, m);
+    m.step = r.integer("step", std::nullopt, 0, kBig);
+    return m;
+  }
   if (type == "stage.plan") {
     StagePlan m;
     readRef(r, m);
@@ -257,7 +281,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
   throw SpecError(r.pathOf("type"), describe(json(type)) +
                                         " is unknown (valid: ping, submit, status, list, cancel, resume, stage.prepare, "
                                         "stage.start, stage.abort, stage.plan, stage.profile, stage.heartbeat, "
-                                        "stage.report, export, store)");
+                                        "stage.report, export, store, stage.commit)");
 }
 
 struct ToJson {
@@ -276,6 +300,8 @@ struct ToJson {
                                       {"attempt", m.attempt}, {"resume_step", m.resumeStep}});
     if (!m.inputShape.empty()) j["input_shape"] = m.inputShape;
     if (m.dryRun) j["dry_run"] = true;
+    if (!m.resumeFrom.empty()) j["resume_from"] = m.resumeFrom;
+    if (!m.pipelines.empty()) j["pipelines"] = m.pipelines;
     return j;
   }
   json operator()(const StageStart& m) const {
@@ -295,6 +321,7 @@ struct ToJson {
   }
   json operator()(const ExportRead& m) const { return ref("export", m, {{"step", m.step}, {"offset", m.offset}}); }
   json operator()(const StageAbort& m) const { return ref("stage.abort", m, json::object()); }
+  json operator()(const StageCommit& m) const { return ref("stage.commit", m, {{"step", m.step}}); }
   json operator()(const StagePlan& m) const { return ref("stage.plan", m, planJson(m)); }
   json operator()(const StageProfile& m) const { return ref("stage.profile", m, {{"at_step", m.atStep}}); }
   json operator()(const StageReport& m) const {
@@ -334,6 +361,7 @@ std::string toString(ReportKind kind) {
     case ReportKind::Checkpoint: return "checkpoint";
     case ReportKind::Done: return "done";
     case ReportKind::Failed: return "failed";
+    case ReportKind::Ready: return "ready";
   }
   return "unknown";
 }

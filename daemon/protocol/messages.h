@@ -61,6 +61,14 @@ struct StagePrepare : StageRef {
   // `skytrain plan`: the stage is profiled, never trained, and leaves nothing on disk (no
   // claim, no job folder). Only for a job id the sender proves it made, new to this daemon.
   bool dryRun = false;
+  // Healing a replicated job (docs/failures.md): where the stage's state after resumeStep
+  // comes from. "" : the checkpoint on disk; "memory": what this daemon's copy of the stage
+  // kept when its last attempt stopped, which must be of that step; "peer": a healthy copy
+  // of the stage sends it over c10d once the copies meet (a copy that rejoins).
+  std::string resumeFrom;
+  // The pipelines (replica indices, ascending) that train in this attempt; empty: all of
+  // them. The batch is split over these alone.
+  std::vector<int> pipelines;
 };
 struct StageStart : StageRef {
   std::string previous, next;        // neighbours' data endpoints ("" at the ends)
@@ -76,6 +84,11 @@ struct StageStart : StageRef {
 };
 constexpr size_t kMaxProducers = 64;
 struct StageAbort : StageRef {};
+// Healing a replicated job: the coordinator's word that every stage finished `step`'s
+// gradients, so each may apply its update. A stage waits for it before its optimizer step.
+struct StageCommit : StageRef {
+  int64_t step = 0;
+};
 struct StagePlan : StageRef, PlanMessage {};
 // Liveness: answered by the control thread, also while the stage computes.
 struct StageHeartbeat : StageRef {
@@ -97,7 +110,8 @@ struct ExportRead : StageRef {
 };
 constexpr size_t kExportChunkBytes = 1 << 20;
 
-enum class ReportKind { Step, Eval, Profile, Checkpoint, Done, Failed };
+// Ready: a healing job's stage has its step's gradients averaged and waits for the commit.
+enum class ReportKind { Step, Eval, Profile, Checkpoint, Done, Failed, Ready };
 std::string toString(ReportKind kind);
 
 // One-way, stage daemon -> coordinator; never answered.
@@ -135,7 +149,8 @@ constexpr size_t kMaxStoreValueBytes = 64 << 10;
 constexpr size_t kMaxStoreKeys = 4096;  // per stage and attempt
 
 using Request = std::variant<Ping, Submit, Status, List, Cancel, Resume, StagePrepare, StageStart, StageAbort,
-                             StagePlan, StageProfile, StageHeartbeat, StageReport, ExportRead, StoreRequest>;
+                             StagePlan, StageProfile, StageHeartbeat, StageReport, ExportRead, StoreRequest,
+                             StageCommit>;
 
 struct Envelope {
   std::optional<uint64_t> id;  // echoed in the reply

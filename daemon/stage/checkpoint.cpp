@@ -47,11 +47,18 @@ StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId
   if (dir.empty()) dir = checkpointDir(jobDir, step);  // missing: the error names the file it would be
   const std::string metaPath = dir + "/stage-" + std::to_string(stage) + ".json";
   const std::string tensorsPath = dir + "/stage-" + std::to_string(stage) + ".safetensors";
-  StageSnapshot snapshot;
   const std::string metaText = readAll(metaPath, kMaxMetaBytes);
+  return decodeSnapshot(metaText, std::make_shared<const std::string>(readAll(tensorsPath, kMaxTensorsBytes)), jobId,
+                        step, stage, "checkpoint file " + metaPath, "checkpoint file " + tensorsPath);
+}
+
+StageSnapshot decodeSnapshot(const std::string& metaText, std::shared_ptr<const std::string> bytes,
+                             const std::string& jobId, int64_t step, int stage, const std::string& metaName,
+                             const std::string& tensorsName) {
+  StageSnapshot snapshot;
   snapshot.meta = nlohmann::json::parse(metaText, nullptr, false);
   const auto& m = snapshot.meta;
-  auto problem = [&](const std::string& what) { throw WireError("checkpoint file " + metaPath + ": " + what); };
+  auto problem = [&](const std::string& what) { throw WireError(metaName + ": " + what); };
   if (m.is_discarded() || !m.is_object()) problem("not a JSON object");
   const int format = m.value("format", 0);
   if (format != kCheckpointFormat && format != kIndexNamedCheckpointFormat) {
@@ -61,16 +68,25 @@ StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId
   if (m.value("stage", -1) != stage) problem("belongs to stage " + std::to_string(m.value("stage", -1)));
   if (m.value("step", int64_t{-1}) != step) problem("is of step " + std::to_string(m.value("step", int64_t{-1}) + 1));
   if (!m.contains("plan") || !m["plan"].is_object()) problem("has no plan");
-  const auto bytes = std::make_shared<const std::string>(readAll(tensorsPath, kMaxTensorsBytes));
   if (m.value("tensors_bytes", uint64_t{0}) != bytes->size()) {
-    throw WireError("checkpoint file " + tensorsPath + " is " + std::to_string(bytes->size()) + " bytes, " + metaPath +
-                    " says " + std::to_string(m.value("tensors_bytes", uint64_t{0})) + " (truncated?)");
+    throw WireError(tensorsName + " is " + std::to_string(bytes->size()) + " bytes, " + metaName + " says " +
+                    std::to_string(m.value("tensors_bytes", uint64_t{0})) + " (truncated?)");
   }
   if (m.value("tensors_xxh64", "") != hex64(XXH64(bytes->data(), bytes->size(), 0))) {
-    throw WireError("checkpoint file " + tensorsPath + " does not match its checksum in " + metaPath + " (corrupted)");
+    throw WireError(tensorsName + " does not match its checksum in " + metaName + " (corrupted)");
   }
-  snapshot.tensors = stages::decodeSafetensors(bytes, tensorsPath);  // views into the file's one copy
+  snapshot.tensors = stages::decodeSafetensors(bytes, tensorsName);  // views into the bytes' one copy
   return snapshot;
+}
+
+SnapshotBytes encodeSnapshot(StageSnapshot snapshot) {
+  SnapshotBytes out;
+  stages::writeSafetensors(std::move(snapshot.tensors), [&](const char* data, size_t n) { out.tensors.append(data, n); });
+  nlohmann::json meta = std::move(snapshot.meta);
+  meta["tensors_bytes"] = out.tensors.size();
+  meta["tensors_xxh64"] = hex64(XXH64(out.tensors.data(), out.tensors.size(), 0));
+  out.meta = meta.dump();
+  return out;
 }
 
 CheckpointWriter::CheckpointWriter(std::string jobDir, int stage, int keep, std::function<int64_t()> complete)

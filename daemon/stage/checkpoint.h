@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,6 +43,19 @@ struct StageSnapshot {
 // Reads the checkpoint of `stage` after `step`; throws skytrain::WireError naming the file
 // and the problem (missing, truncated, corrupted, another job's or stage's, another step's).
 StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId, int64_t step, int stage);
+
+// A snapshot as the two parts of a checkpoint, in memory: its JSON (with the tensors' size
+// and XXH64) and its safetensors bytes. What a healthy copy of a stage sends a copy that
+// rejoins (stage_worker.cpp).
+struct SnapshotBytes {
+  std::string meta, tensors;
+};
+SnapshotBytes encodeSnapshot(StageSnapshot snapshot);
+// The checks loadCheckpoint makes, on bytes from anywhere; metaName and tensorsName say
+// where they came from in the errors (skytrain::WireError).
+StageSnapshot decodeSnapshot(const std::string& metaText, std::shared_ptr<const std::string> tensors,
+                             const std::string& jobId, int64_t step, int stage, const std::string& metaName,
+                             const std::string& tensorsName);
 
 // Writes snapshots on its own thread, in order, keeping this stage's newest `keep` + 1 and
 // the one `complete` names (the newest every stage has confirmed: what a restart resumes

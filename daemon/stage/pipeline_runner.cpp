@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "daemon/net/replica_group.h"
@@ -28,11 +29,22 @@
 namespace skytrain::daemon {
 
 PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes,
-                               int replica) {
+                               int replica, std::vector<int> pipelines) {
+  if (pipelines.empty()) {
+    for (int r = 0; r < protocol::replicaCount(spec); ++r) pipelines.push_back(r);
+  }
+  const auto place = std::find(pipelines.begin(), pipelines.end(), replica);
+  SKYTRAIN_CHECK(place != pipelines.end(), "replica " << replica << " is not among the pipelines that train");
+  if (spec.batchSize % static_cast<int>(pipelines.size()) != 0) {
+    throw Error("batch_size " + std::to_string(spec.batchSize) + " does not split over " +
+                std::to_string(pipelines.size()) + " pipelines");
+  }
   context_.spec = spec;
-  context_.spec.batchSize = spec.batchSize / protocol::replicaCount(spec);  // this copy's share
+  context_.spec.batchSize = spec.batchSize / static_cast<int>(pipelines.size());  // this copy's share
   context_.stage = stage;
   context_.replica = replica;
+  context_.pipeline = static_cast<int>(place - pipelines.begin());
+  context_.pipelines = static_cast<int>(pipelines.size());
   context_.device = c10::Device(protocol::placementOf(spec, protocol::slotOf(spec, stage, replica)).device);
   context_.jobKey = jobKey;
   source_ = stages::makeModelSource(modelConfig(spec));
@@ -159,13 +171,16 @@ int PipelineRunner::microBatches() const { return executor_->schedule().microBat
 
 void PipelineRunner::setPlan(const RunPlan& plan) {
   const auto& spec = context_.spec;
-  if (plan.microBatches < 1 || spec.batchSize % plan.microBatches != 0) {
+  // The plan's m is for a share with every copy training; fewer pipelines run more of the
+  // same size.
+  const int replicas = protocol::replicaCount(spec);
+  const int m = plan.microBatches * replicas / context_.pipelines;
+  if (plan.microBatches < 1 || (plan.microBatches * replicas) % context_.pipelines != 0 || spec.batchSize % m != 0) {
     throw Error("plan: " + std::to_string(plan.microBatches) + " micro-batches do not divide " +
-                (context_.replica > 0 || protocol::replicaCount(spec) > 1 ? "a replica's share of batch_size, "
-                                                                         : "batch_size ") +
-                std::to_string(spec.batchSize));
+                (replicas > 1 ? "a replica's share of batch_size, " : "batch_size ") + std::to_string(spec.batchSize) +
+                (context_.pipelines < replicas ? " on " + std::to_string(context_.pipelines) + " pipelines" : ""));
   }
-  scheduler::Schedule schedule = scheduler::makeSchedule(plan.schedule, context_.stages(), plan.microBatches, plan.warmups);
+  scheduler::Schedule schedule = scheduler::makeSchedule(plan.schedule, context_.stages(), m, plan.warmups);
   const std::string problem = scheduler::validateSchedule(schedule);
   if (!problem.empty()) throw Error("plan: schedule " + scheduler::toString(plan.schedule) + ": " + problem);
   codecs_->applyPlan(plan.forwardCodec, plan.backwardCodec);

@@ -76,9 +76,13 @@ class PipelineRunner {
   // the spec's fixed m and schedule when it has them (1 and 1f1b otherwise).
   //
   // A replicated stage's copy (job_spec.h) trains on its share of every batch: samples
-  // [replica * share, (replica + 1) * share) of the full draw, share = batch_size / R. Its
-  // device is the copy's placement's.
-  PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes, int replica = 0);
+  // [p * share, (p + 1) * share) of the full draw, share = batch_size / P, where P is the
+  // number of pipelines that train (`pipelines`; empty: all R) and p this copy's place among
+  // them. A plan's m counts micro-batches of a copy's share with all R training: with P, a
+  // copy runs m * R / P of the same size (a healing job's survivors carry the whole batch).
+  // Its device is the copy's placement's.
+  PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_t jobKey, double memoryBudgetBytes, int replica = 0,
+                 std::vector<int> pipelines = {});
   ~PipelineRunner();
 
   // Links to the neighbours; null at the pipeline's ends (a fan-in producer: only next).

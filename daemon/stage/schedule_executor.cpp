@@ -55,7 +55,7 @@ std::vector<int64_t> ScheduleExecutor::boundaryShape(int stage, int64_t samples)
 
 void ScheduleExecutor::forward(uint64_t step, int microBatch, stages::Stage& stage, double& lossSum) {
   const int b = microBatchSize();
-  const int64_t first = static_cast<int64_t>(context_.replica) * context_.spec.batchSize + microBatch * b;  // in the full draw
+  const int64_t first = static_cast<int64_t>(context_.pipeline) * context_.spec.batchSize + microBatch * b;  // in the full draw
   stages::TokenBatch data;
   if (data_) data = batch(data_->trainBatch(step, static_cast<int>(first), b), step, first);
   const at::Tensor input = context_.isFirst() ? data.inputs

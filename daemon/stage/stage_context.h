@@ -19,6 +19,10 @@ struct StageContext {
   protocol::JobSpec spec;  // batchSize: this copy's share of the batch (job_spec.h, replicas)
   int stage = 0;
   int replica = 0;
+  // The pipelines that train (a healing job may run on fewer than its copies): this copy's
+  // place among them, which picks its share of each batch, and their number.
+  int pipeline = 0;
+  int pipelines = 1;
   c10::Device device = c10::Device(c10::kCPU);
   uint64_t jobKey = 0;  // the 64-bit job id of this attempt's frames
   std::function<bool()> aborted = [] { return false; };  // polled while waiting for frames

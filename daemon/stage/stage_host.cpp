@@ -168,6 +168,18 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
     throw Error(describe(request) + " is not in the job's spec");
   }
   takeInputShape(a.spec, a.stage, request.inputShape, describe(request));
+  a.resumeFrom = request.resumeFrom;
+  a.pipelines = request.pipelines;
+  if (a.pipelines.empty()) {
+    for (int r = 0; r < protocol::replicaCount(a.spec); ++r) a.pipelines.push_back(r);
+  }
+  if (a.pipelines.back() >= protocol::replicaCount(a.spec) ||
+      std::find(a.pipelines.begin(), a.pipelines.end(), a.replica) == a.pipelines.end()) {
+    throw Error(describe(request) + ": the pipelines named are not the job's, or leave this copy out");
+  }
+  if (!a.resumeFrom.empty() && !protocol::heals(a.spec)) {
+    throw Error(describe(request) + ": resume_from \"" + a.resumeFrom + "\" is for a job that heals (replicated, failure.heal)");
+  }
   a.device = protocol::placementOf(a.spec, protocol::slotOf(a.spec, a.stage, a.replica)).device;
   checkDevice(a.device, describe(request));  // a device that is not here: an error naming it
   if (protocol::replicaCount(a.spec) > 1 && a.privateAddress.empty()) {
@@ -211,6 +223,14 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
   if (!request.dryRun) {
     makeDirectories(a.jobDir);
     recordStageOwner(a.jobDir, a.stage, caller, request.owner);
+  }
+  if (protocol::heals(a.spec) && !request.dryRun) {
+    if (a.resumeFrom == "memory") {  // none kept here: the worker takes it from a healthy copy
+      const auto kept = kept_.find(key);
+      if (kept != kept_.end() && kept->second.coordinatorKey == caller) a.restoreFrom = kept->second.state;
+    }
+    a.keep = std::make_shared<KeptState>();
+    kept_[key] = {a.keep, caller};
   }
   auto mailbox = router_.open(a.jobKey, static_cast<uint16_t>(a.stage));
   const auto& part = a.spec.stages[a.stage];
@@ -284,6 +304,11 @@ protocol::Json StageHost::heartbeat(const protocol::StageHeartbeat& request, con
   return {{"ok", true}};
 }
 
+protocol::Json StageHost::commit(const protocol::StageCommit& request, const std::string& caller) {
+  find(request, caller).commit(request.step);
+  return {{"ok", true}};
+}
+
 protocol::Json StageHost::profile(const protocol::StageProfile& request, const std::string& caller) {
   if (!find(request, caller).requestProfile(static_cast<int>(request.atStep))) {
     throw Error("stage " + std::to_string(request.stage) + " has already begun step " + std::to_string(request.atStep + 1));
@@ -302,6 +327,11 @@ void StageHost::reap() {
     for (auto& entry : workers_) {
       if (entry.second->heard()) entry.second->touch();
     }
+  }
+  const auto keptBound = now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(options_.prepareTimeoutS));
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    it = it->second.state->expire(keptBound) ? kept_.erase(it) : std::next(it);
   }
   for (auto it = retired_.begin(); it != retired_.end();) {
     if (!(*it)->finished()) {

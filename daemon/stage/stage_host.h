@@ -55,6 +55,7 @@ class StageHost {
   protocol::Json plan(const protocol::StagePlan& request, const std::string& caller);
   protocol::Json profile(const protocol::StageProfile& request, const std::string& caller);
   protocol::Json heartbeat(const protocol::StageHeartbeat& request, const std::string& caller);
+  protocol::Json commit(const protocol::StageCommit& request, const std::string& caller);
 
   // Aborts stages whose coordinator has been silent past their job's bound; joins finished
   // workers and closes their mailboxes.
@@ -81,6 +82,14 @@ class StageHost {
   static constexpr double kStallS = 1.0;  // a gap between reaps that means this process was stopped
   std::chrono::steady_clock::time_point lastReap_ = std::chrono::steady_clock::now();
   std::map<std::tuple<std::string, int, int>, std::string> freed_;
+  // A healing job's stages: what each copy keeps when its attempt stops, for the next
+  // attempt's prepare ("resume_from": "memory"), with the coordinator it belongs to. Freed
+  // prepare_timeout_s after the copy stopped if no prepare took it.
+  struct Kept {
+    std::shared_ptr<KeptState> state;
+    std::string coordinatorKey;
+  };
+  std::map<std::tuple<std::string, int, int>, Kept> kept_;
 };
 
 // The 64-bit key in the frames of one instance of a job's stage: a hash of the job id

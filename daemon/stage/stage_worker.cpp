@@ -14,9 +14,59 @@
 #include "daemon/stage/loss_scaler.h"
 #include "daemon/stage/pipeline_runner.h"
 #include "daemon/stage/weight_export.h"
+
+#include <algorithm>
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
+
+void KeptState::deposit(int64_t step, std::optional<StageSnapshot> snapshot) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    step_ = step;
+    snapshot_ = std::move(snapshot);
+    at_ = std::chrono::steady_clock::now();
+  }
+  changed_.notify_all();
+}
+
+std::optional<StageSnapshot> KeptState::take(int64_t step, std::chrono::milliseconds timeout,
+                                             const std::function<bool()>& aborted, std::string& missing) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done_) {
+    if (aborted()) throw Aborted{};
+    if (std::chrono::steady_clock::now() > deadline) {
+      missing = "its earlier copy here did not stop within " + std::to_string(timeout.count() / 1000) + " s";
+      return std::nullopt;
+    }
+    changed_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  if (!snapshot_) {
+    missing = "this daemon kept none (it finished, restarted or never had any)";
+    return std::nullopt;
+  }
+  if (step_ != step) {
+    missing = "this daemon kept the state after step " + std::to_string(step_ + 1) + ", not " + std::to_string(step + 1);
+    return std::nullopt;
+  }
+  std::optional<StageSnapshot> out = std::move(snapshot_);
+  snapshot_.reset();
+  return out;
+}
+
+bool KeptState::expire(std::chrono::steady_clock::time_point before) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_ || at_ >= before) return false;
+  snapshot_.reset();
+  return true;
+}
+
+bool KeptState::deposited() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
 
 StageWorker::StageWorker(zmq::context_t& context, StageAssignment assignment, std::shared_ptr<Mailbox> mailbox)
     : context_(context), assignment_(std::move(assignment)), mailbox_(std::move(mailbox)) {
@@ -53,6 +103,53 @@ void StageWorker::deliverPlan(const RunPlan& plan) {
     plan_ = plan;
   }
   startSignal_.notify_all();
+}
+
+void StageWorker::commit(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    committed_ = std::max(committed_, step);
+  }
+  startSignal_.notify_all();
+}
+
+void StageWorker::awaitCommit(int64_t step) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  // No timeout of its own: a coordinator that goes silent is noticed by the heartbeats
+  // (StageHost::reap), which abort the stage.
+  startSignal_.wait(lock, [&] { return committed_ >= step || aborted_; });
+  if (committed_ < step) throw Aborted{};
+  applied_ = step;
+}
+
+void StageWorker::shareState(PipelineRunner& runner, ReplicaGroup& group, int64_t step, bool holds) {
+  const auto& a = assignment_;
+  at::Tensor holders = at::zeros({group.size()}, at::TensorOptions().dtype(at::kLong).device(c10::Device(a.device)));
+  if (holds) holders[group.rank()].fill_(1);
+  group.sum(holders);
+  const at::Tensor counts = holders.cpu();
+  int root = -1, missing = 0;
+  for (int r = 0; r < group.size(); ++r) {
+    if (counts[r].item<int64_t>() > 0 && root < 0) root = r;
+    missing += counts[r].item<int64_t>() == 0;
+  }
+  if (missing == 0) return;
+  if (root < 0) throw PeerError("no copy of the stage has its state to share");
+  const auto start = Clock::now();
+  SnapshotBytes bytes;
+  if (group.rank() == root) bytes = encodeSnapshot(runner.snapshot(a.jobId, step));
+  group.broadcastBytes(bytes.meta, root, kMaxCheckpointMetaBytes);
+  // A stage's state is its weights, AdamW moments and small extras: within twice what
+  // admission counted for it, whatever the sender says.
+  group.broadcastBytes(bytes.tensors, root, static_cast<size_t>(2 * a.admittedBytes) + (size_t{64} << 20));
+  if (holds) return;
+  const std::string from = "the state of step " + std::to_string(step + 1) + " from copy " + std::to_string(root);
+  const size_t size = bytes.meta.size() + bytes.tensors.size();
+  runner.restore(decodeSnapshot(bytes.meta, std::make_shared<const std::string>(std::move(bytes.tensors)), a.jobId, step,
+                                a.stage, from, from));
+  applied_ = step;
+  spdlog::info("job {} stage {} replica {}: took {} ({} bytes) in {:.2f} s", a.jobId, a.stage, a.replica, from, size,
+               secondsSince(start));
 }
 
 bool StageWorker::requestProfile(int atStep) {
@@ -134,25 +231,52 @@ void StageWorker::run() {
       report(failed);
     }
   };
+  const bool heals = protocol::heals(a.spec);
+  std::unique_ptr<PipelineRunner> built;  // outside the try: a healing stage that stops keeps its state
+  bool holdsState = a.resumeFrom != "peer";
   try {
-    PipelineRunner runner(a.spec, a.stage, a.jobKey, a.memoryBudgetBytes, a.replica);
+    built = std::make_unique<PipelineRunner>(a.spec, a.stage, a.jobKey, a.memoryBudgetBytes, a.replica, a.pipelines);
+    PipelineRunner& runner = *built;
     runner.setAbortCheck([this] { return aborted_.load(); });
     int firstStep = 0;
-    if (a.resumeStep >= 0) {
+    if (a.resumeStep >= 0 && a.resumeFrom.empty()) {
       try {
         runner.restore(loadCheckpoint(a.jobDir, a.jobId, a.resumeStep, a.stage));
       } catch (const WireError& e) {
         throw WireError(std::string(protocol::kBadCheckpoint) + e.what());
       }
-      firstStep = static_cast<int>(a.resumeStep) + 1;
-      std::lock_guard<std::mutex> lock(mutex_);
-      profileAt_ = -1;  // the checkpoint's plan stands: a resumed run repeats the original exactly
       spdlog::info("job {} {}: restored the checkpoint of step {} (attempt {})", a.jobId, name, a.resumeStep + 1,
                    a.attempt);  // counted from 1, as the coordinator's event says
+    } else if (a.resumeFrom == "memory") {
+      std::string missing = "this daemon kept none (it restarted, or never had any)";
+      auto kept = a.restoreFrom ? a.restoreFrom->take(a.resumeStep, std::chrono::seconds(60),
+                                                      [this] { return aborted_.load(); }, missing)
+                                : std::nullopt;
+      if (kept) {
+        runner.restore(*kept);
+        spdlog::info("job {} {}: took its state after step {} from memory (attempt {})", a.jobId, name,
+                     a.resumeStep + 1, a.attempt);
+      } else {  // a healthy copy sends it once the copies meet
+        holdsState = false;
+        spdlog::info("job {} {}: no state after step {} in memory ({}); it comes from a healthy copy", a.jobId, name,
+                     a.resumeStep + 1, missing);
+      }
+    }
+    if (a.resumeStep >= 0) {
+      firstStep = static_cast<int>(a.resumeStep) + 1;
+      applied_ = a.resumeStep;
+      std::lock_guard<std::mutex> lock(mutex_);
+      profileAt_ = -1;  // the checkpoint's plan stands: a resumed run repeats the original exactly
     }
     if (a.resumeStep >= 0 && complete_ < a.resumeStep) complete_ = a.resumeStep;  // complete: it was resumed from
     CheckpointWriter writer(a.jobDir, a.stage, a.spec.checkpoint.keep, [this] { return complete_.load(); });
-    runner.setUpdateFence([&writer] { writer.awaitReleased(); });
+    int64_t running = firstStep;  // the step the fence below is in
+    runner.setUpdateFence([&] {
+      writer.awaitReleased();
+      if (!heals) return;
+      report(simple(protocol::ReportKind::Ready, running));  // this stage's gradients are averaged
+      awaitCommit(running);
+    });
     if (!waitForStart()) throw Aborted{};
     const auto& n = neighbours_;
     const double liveness = a.spec.failure.lostAfterS();  // as long as a silent daemon is given
@@ -169,14 +293,15 @@ void StageWorker::run() {
                      n.next.empty() ? nullptr
                                     : makeZmqPeerLink(context_, n.next, {a.self, n.nextKey}, mailbox_->fromNext, liveness));
     }
+    const std::vector<int>& pipelines = a.pipelines;
     if (protocol::replicaCount(a.spec) > 1) {
       ReplicaGroupOptions o;
       o.coordinator = a.coordinator;
       o.security = {a.self, a.coordinatorKey};
       o.job = a.jobId;
       o.stage = a.stage;
-      o.replica = a.replica;
-      o.replicas = protocol::replicaCount(a.spec);
+      o.replica = static_cast<int>(std::find(pipelines.begin(), pipelines.end(), a.replica) - pipelines.begin());
+      o.replicas = static_cast<int>(pipelines.size());
       o.attempt = n.groupAttempt;
       o.privateAddress = a.privateAddress;
       o.device = a.device;
@@ -185,12 +310,15 @@ void StageWorker::run() {
       const auto start = Clock::now();
       auto group = std::make_unique<ReplicaGroup>(context_, o);
       spdlog::info("job {} {}: met its {} copies over c10d {} on {} in {:.2f} s", a.jobId, name, o.replicas, group->backend(), a.privateAddress, secondsSince(start));
+      if (heals) shareState(runner, *group, a.resumeStep, holdsState);
+      holdsState = true;
       runner.setReplicaGroup(std::move(group));
     }
     spdlog::info("job {} {}: running steps {}..{}", a.jobId, name, firstStep + 1, a.spec.steps);
     const int steps = a.spec.steps;
     for (int step = firstStep; step < steps; ++step) {
       threadLogFields().step = step + 1;
+      running = step;
       if (aborted_) throw Aborted{};
       if (profileDue(step)) {
         runner.drain();  // the delayed update's last round ends before the probes
@@ -235,7 +363,7 @@ void StageWorker::run() {
       const int interval = a.spec.eval.interval;
       const bool validates = last || (interval > 0 && (step + 1) % interval == 0);
       if (validates) runner.drain();  // every copy: the drain exchanges norms along its own pipeline
-      if (a.replica == 0 && validates) {  // replica 0's pipeline validates
+      if (a.replica == pipelines.front() && validates) {  // the first pipeline that trains validates
         if (auto loss = runner.runEval(static_cast<uint64_t>(step))) {
           auto eval = simple(protocol::ReportKind::Eval, step);
           eval.loss = *loss;
@@ -257,9 +385,17 @@ void StageWorker::run() {
                     [&](const ByteSink& sink) { stages::writeSafetensors(runner.weights(), sink); });
     report(simple(protocol::ReportKind::Done, steps));
     spdlog::info("job {} {}: done", a.jobId, name);
+    holdsState = false;  // finished: nothing to keep
   } catch (const Aborted&) {
     spdlog::info("job {} {}: aborted", a.jobId, name);
   } catch (const std::exception& e) {
+    if (aborted_) {  // a wait the abort broke (a collective, a frame): not a failure of its own
+      spdlog::info("job {} {}: aborted ({})", a.jobId, name, e.what());
+      keepState(built.get(), holdsState);
+      built.reset();  // see below
+      finished_ = true;
+      return;
+    }
     // LibTorch's errors carry a C++ backtrace: the user gets the message without it.
     const auto* torchError = dynamic_cast<const c10::Error*>(&e);
     std::string message = torchError ? torchError->what_without_backtrace() : e.what();
@@ -274,7 +410,26 @@ void StageWorker::run() {
     failed.error = message.substr(0, protocol::kMaxErrorLength);
     report(std::move(failed));
   }
+  keepState(built.get(), holdsState);
+  // Torn down here, before finished_: a replica group's collective abandoned on a hung
+  // peer holds its destructor until c10d's timeout, and the control thread, which joins
+  // finished workers, must never wait for that.
+  built.reset();
   finished_ = true;
+}
+
+void StageWorker::keepState(PipelineRunner* runner, bool holdsState) {
+  const auto& a = assignment_;
+  if (!a.keep) return;
+  std::optional<StageSnapshot> state;
+  if (runner && holdsState && applied_ >= 0) {
+    try {
+      state = runner->snapshot(a.jobId, applied_);  // the weights themselves, no copy: the runner goes now
+    } catch (const std::exception& e) {
+      spdlog::warn("job {} stage {} replica {}: its state could not be kept: {}", a.jobId, a.stage, a.replica, e.what());
+    }
+  }
+  a.keep->deposit(applied_, std::move(state));
 }
 
 }  // namespace skytrain::daemon

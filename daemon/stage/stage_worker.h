@@ -5,13 +5,16 @@
 #include <zmq.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/net/mailbox.h"
 #include "daemon/ops/timing.h"
@@ -21,6 +24,31 @@
 #include "daemon/stage/pipeline_runner.h"
 
 namespace skytrain::daemon {
+
+class ReplicaGroup;
+
+// What a healing job's stage (protocol::heals) keeps when its attempt stops, for the next
+// attempt's copy of it on this daemon: its state as of the last step it applied. Only a
+// committed step is ever applied, so it is a step every copy of every stage agrees on.
+struct KeptState {
+  // Called by the worker that stops: `snapshot` is empty when it kept nothing.
+  void deposit(int64_t step, std::optional<StageSnapshot> snapshot);
+  // Waits until the worker has stopped (or `aborted`, or the timeout) and takes the state of
+  // `step`; nullopt, with why in `missing`, when it kept none of that step.
+  std::optional<StageSnapshot> take(int64_t step, std::chrono::milliseconds timeout,
+                                    const std::function<bool()>& aborted, std::string& missing);
+  // Frees the state if it was deposited before `before` and not taken; true when it was.
+  bool expire(std::chrono::steady_clock::time_point before);
+  bool deposited();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool done_ = false;
+  int64_t step_ = -1;
+  std::optional<StageSnapshot> snapshot_;
+  std::chrono::steady_clock::time_point at_;
+};
 
 struct StageAssignment {
   std::string jobId;
@@ -39,6 +67,14 @@ struct StageAssignment {
   std::string jobDir;       // where this stage writes its weights
   double memoryBudgetBytes = 0;  // for the activation stash, reported to the planner
   double admittedBytes = 0;      // admission's estimate less the daemon's runtime, which stages share
+  // A healing job (protocol::heals): where the state after resumeStep comes from ("": a
+  // checkpoint, "memory": `restoreFrom`, or a healthy copy where this daemon kept none of
+  // that step; "peer": a healthy copy, over c10d), the pipelines that train, and where this
+  // worker keeps its state when it stops.
+  std::string resumeFrom;
+  std::vector<int> pipelines;
+  std::shared_ptr<KeptState> restoreFrom;
+  std::shared_ptr<KeptState> keep;
 };
 
 class StageWorker {
@@ -65,6 +101,8 @@ class StageWorker {
   void keepCheckpoint(int64_t step) {
     if (step >= 0) complete_ = step;
   }
+  // A healing job: the coordinator's word that `step` may be applied.
+  void commit(int64_t step);
 
   // The coordinator's plan after a profile; the worker waits for it at that step boundary.
   void deliverPlan(const RunPlan& plan);
@@ -78,6 +116,14 @@ class StageWorker {
   bool waitForStart();
   RunPlan waitForPlan();
   bool profileDue(int step);
+  // A healing job, before each optimizer step: waits for the step's commit.
+  void awaitCommit(int64_t step);
+  // A healing job whose copies meet with some that have no state (`holds`: this one has):
+  // the healthy copy with the lowest rank sends its state to them.
+  void shareState(PipelineRunner& runner, ReplicaGroup& group, int64_t step, bool holds);
+  // A healing job's worker that stops leaves its state (as of the last step it applied) in
+  // assignment_.keep, for the next attempt; holdsState is false while it has none.
+  void keepState(PipelineRunner* runner, bool holdsState);
 
   zmq::context_t& context_;
   StageAssignment assignment_;
@@ -94,6 +140,8 @@ class StageWorker {
   std::atomic<bool> heard_{false};
   std::atomic<int64_t> complete_{-1};  // keepCheckpoint's; the resumed-from one at first
   std::atomic<bool> finished_{false};
+  int64_t committed_ = -1;  // guarded by mutex_: the newest step the coordinator committed
+  int64_t applied_ = -1;    // the worker thread's: the newest step whose update it applied
   std::thread thread_;  // owns the stage, its optimizer, data and sockets
 };
 

@@ -123,6 +123,23 @@ TEST_CASE("replicas and devices: copies per stage, slots numbered replica-major"
   CHECK(replicaOfSlot(parsed, 3) == 1);
   CHECK(describeSlot(parsed, 3) == "stage 1 replica 1");
   CHECK(describeSlot(parsed, 1) == "stage 1");
+  CHECK(heals(parsed));  // replicated, sync update, no ZeRO-1: heals in place by default
+
+  SECTION("a job heals in place unless failure.heal is false, or its update or sharding cannot") {
+    json off = spec;
+    off["failure"] = {{"heal", false}};
+    CHECK_FALSE(heals(parseJobSpec(off.dump())));
+    json delayed = spec;
+    delayed["update"] = "delayed";
+    delayed["schedule"] = "1f1b";
+    CHECK_FALSE(heals(parseJobSpec(delayed.dump())));
+    json zero = spec;
+    zero["optimizer"] = {{"zero", 1}};
+    CHECK_FALSE(heals(parseJobSpec(zero.dump())));
+    CHECK_FALSE(heals(parseJobSpec(validSpec().dump())));  // one copy: nothing to heal with
+    off["failure"] = {{"heal", "yes"}};
+    CHECK(refusal(off).first == "$.failure.heal");
+  }
 
   SECTION("every stage needs as many copies") {
     spec["stages"][1].erase("replicas");

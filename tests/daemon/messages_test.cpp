@@ -59,9 +59,18 @@ TEST_CASE("each request type parses and round-trips") {
   StageStart replicated = start;
   replicated.replica = 1;
   replicated.groupAttempt = 0;
+  StagePrepare healed = prepare;  // a healing job's: from memory, on pipelines 0 and 2
+  healed.resumeStep = 41;
+  healed.resumeFrom = "memory";
+  healed.pipelines = {0, 2};
+  ReportKind readyKind = ReportKind::Ready;
+  StageReport ready = report;
+  ready.kind = readyKind;
+  ready.loss.reset();
   const Request requests[] = {Ping{}, List{}, Submit{"{}", true}, Status{kJob, 4}, Cancel{kJob}, start,
                               StageAbort{{kJob, 2}}, StagePlan{{kJob, 0}, {4, "1f1b", {1, 2}}}, StagePlan{{kJob, 1}, {2, "gpipe", {}, {"ef(int8)"}, {"fp16"}}}, StageHeartbeat{{kJob, 1}}, Resume{kJob},
-                              StageProfile{{kJob, 0}, 10}, report, store, replicated, prepare};
+                              StageProfile{{kJob, 0}, 10}, report, store, replicated, prepare, healed, ready,
+                              StageCommit{{kJob, 1, 2}, 41}};
   for (const auto& request : requests) {
     const json wire = toJson(request);
     INFO(wire.dump());
@@ -70,6 +79,26 @@ TEST_CASE("each request type parses and round-trips") {
   }
   const Envelope withId = parseRequest(json{{"type", "ping"}, {"id", 9}});
   CHECK(withId.id == 9u);
+}
+
+TEST_CASE("a healing job's prepare and commit are bounded") {
+  const json prepare = {{"type", "stage.prepare"}, {"job", kJob}, {"stage", 0}, {"spec", "{}"},
+                        {"coordinator", "tcp://a:7100"}, {"resume_step", 3}};
+  auto with = [&](json extra) {
+    json m = prepare;
+    m.update(extra);
+    return m;
+  };
+  CHECK(std::get<StagePrepare>(parseRequest(with({{"pipelines", {0, 3}}})).request).pipelines == std::vector<int>{0, 3});
+  CHECK_THAT(refusal(with({{"resume_from", "disk"}})), Catch::Contains("$.resume_from"));
+  CHECK_THAT(refusal(with({{"resume_from", "memory"}, {"resume_step", -1}})), Catch::Contains("needs a resume_step"));
+  CHECK_THAT(refusal(with({{"pipelines", {1, 0}}})), Catch::Contains("$.pipelines[1]") && Catch::Contains("ascending"));
+  CHECK_THAT(refusal(with({{"pipelines", {0, 0}}})), Catch::Contains("$.pipelines[1]"));
+  CHECK_THAT(refusal(with({{"pipelines", {-1}}})), Catch::Contains("$.pipelines[0]"));
+  CHECK_THAT(refusal(with({{"pipelines", json::array()}})), Catch::Contains("$.pipelines"));
+  CHECK_THAT(refusal(with({{"pipelines", std::vector<int>(300, 1)}})), Catch::Contains("1 to 256"));
+  CHECK_THAT(refusal({{"type", "stage.commit"}, {"job", kJob}, {"stage", 0}}), Catch::Contains("$.step"));
+  CHECK_THAT(refusal({{"type", "stage.commit"}, {"job", kJob}, {"stage", 0}, {"step", -1}}), Catch::Contains("$.step"));
 }
 
 TEST_CASE("bad requests are refused naming the field") {

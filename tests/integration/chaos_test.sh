@@ -22,8 +22,17 @@
 #          stay up: the data connection must be found dead in seconds, not after
 #          peer_timeout_s (run as root only: otherwise skipped)
 #   replica  a job with two copies of each stage (stage 1's second copy on a third daemon,
-#          C): kill -9 C mid-step and start it again a second later; every copy resumes from
-#          the checkpoint, the copies bit-identical to an undisturbed replicated run's
+#          C): kill -9 C mid-step and start it again a second later. The job heals in place:
+#          pipeline 0 carries the whole batch from the last committed step (no restart, no
+#          step lost), and once C answers, pipeline 1 rejoins with the state of a healthy
+#          copy. The parameters are within the equivalence tolerance of the undisturbed run's
+#          (the batch was split otherwise for a few steps), and the copies bit-identical to
+#          each other
+#   replica-stop  the same job: SIGSTOP C for 6 s (a hung copy, found by the heartbeats; the
+#          other copy of its stage, blocked in the all-reduce, is freed by the abort), then
+#          SIGCONT: pipeline 1 rejoins as in the replica case
+#   replica-restart  the same with failure.heal false: every copy resumes from the
+#          checkpoint, bit-identical to the undisturbed replicated run
 #   resume cancel the job, then `skytrain resume` it from its last checkpoint
 #   kill-tokens  the kill case, reading a pre-tokenised corpus (`skytrain data prepare`)
 #   kill-scaled  the kill case under dynamic loss scaling from 2^127, which overflows and
@@ -44,7 +53,7 @@ if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] && [ "$(id -u)" = 0 ] && command -v ip > /
 fi
 daemon=$1 cli=$2 corpus=$3
 shift 3
-all_cases=(kill kill-ef kill-delayed kill-pred kill-tokens kill-scaled stop stop-coord coord orphan corrupt record record-lost disk partition replica resume)
+all_cases=(kill kill-ef kill-delayed kill-pred kill-tokens kill-scaled stop stop-coord coord orphan corrupt record record-lost disk partition replica replica-stop replica-restart resume)
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=("${all_cases[@]}")
 for c in "${cases[@]}"; do  # a misspelt case would otherwise run undisturbed and pass
@@ -104,9 +113,12 @@ if codecs == "tokens":
     s["data"] = {"format": "tokens", "files": [tokens]}
 if codecs == "scaled":
     s["optimizer"] = {"loss_scale": {"init": 2.0 ** 127, "growth_interval": 4}}
-if codecs == "replica":
+if codecs in ("replica", "replica-restart"):
+    s["steps"] = 300  # time for pipeline 0 alone, then for the rejoin
     s["stages"][0]["replicas"] = [{"daemon": a}]
     s["stages"][1]["replicas"] = [{"daemon": c}]
+if codecs == "replica-restart":
+    s["failure"] = {"heal": False}
 
 json.dump(s, open(out, "w"))
 print(out)
@@ -140,6 +152,47 @@ same_weights() {  # same_weights JOB1 JOB2: every stage's saved parameters, byte
   echo "bit-identical: both stages' parameters equal the undisturbed run's ($(stat -c %s "$work/a/jobs/$2/stage-0.pt") + $(stat -c %s "$work/b/jobs/$2/stage-1.pt") bytes)"
 }
 
+# replica_healed REFERENCE JOB STEP_AT_FAULT BACK_AT: the healed job's story and parameters.
+replica_healed() {
+  status "$2" > "$work/story.json"
+  python3 - "$work/story.json" "$3" "$4" <<'PY' >&2 || fail "the replicated job did not heal in place"
+import json, re, sys
+s = json.load(open(sys.argv[1]))
+at, back = int(sys.argv[2]), float(sys.argv[3])
+messages = [e["message"] for e in s["events"]]
+healed = next(m for m in messages if "healed in place" in m)
+assert "pipeline 1 left, pipeline 0 carries the whole batch" in healed, healed
+rejoined = next(e for e in s["events"] if "rejoins from step" in e["message"])
+assert s["restarts"] == 0, f'{s["restarts"]} restarts'
+resumed_after = int(re.search(r"from step (\d+)", healed).group(1)) - 1  # the last step kept
+assert resumed_after >= at, f"resumed after step {resumed_after}, but {at} were done at the fault: steps lost"
+steps = [r["step"] for r in s["steps"]]
+assert steps == list(range(1, 301)), "step rows missing or repeated"
+assert any(r["micro_batches"] == 4 for r in s["steps"]), "no step ran the whole batch on one pipeline"
+print(f"healed: {healed}; {rejoined['message']}, {rejoined['time'] - back:.2f} s after its daemon was back; "
+      f"steps lost 0 (fault after step {at}, kept {resumed_after})")
+PY
+  "${SKYTRAIN_PYTHON:-/usr/bin/python3}" - "$work" "$1" "$2" <<'PY' >&2 || fail "the healed job's parameters are not within tolerance"
+import sys, torch
+work, ref, job = sys.argv[1:]
+worst = 0.0
+for d, f in [("a", "stage-0.pt"), ("b", "stage-1.pt")]:
+    r = torch.load(f"{work}/{d}/jobs/{ref}/{f}")
+    h = torch.load(f"{work}/{d}/jobs/{job}/{f}")
+    for name in r:
+        worst = max(worst, (r[name] - h[name]).abs().max().item())
+# Copies bit-identical to each other after the rejoin: stage 0's two on A, stage 1's on B and C.
+pairs = [(f"{work}/a/jobs/{job}/stage-0.pt", f"{work}/a/jobs/{job}/replica-1/stage-0.pt"),
+         (f"{work}/b/jobs/{job}/stage-1.pt", f"{work}/c/jobs/{job}/replica-1/stage-1.pt")]
+for x, y in pairs:
+    tx, ty = torch.load(x), torch.load(y)
+    for name in tx:
+        assert torch.equal(tx[name], ty[name]), f"{y}: {name} differs from its healthy copy's"
+print(f"healed parameters: max |difference| from the undisturbed run {worst:.2e}; the copies bit-identical")
+sys.exit(0 if worst < 2e-3 else 1)
+PY
+}
+
 declare -A reference
 for codecs in none ef delayed pred tokens scaled replica; do
   job=$("$cli" submit --detach "$(spec "ref-$codecs" "$codecs")" | awk '{print $3}')
@@ -154,11 +207,13 @@ s = json.load(sys.stdin)
 fault, at = float('$3'), int('$4')
 events = s['events']
 lost = next((e for e in events if e.get('failure') or 'lost' in e['message'] or 'restarted' in e['message']), None)
-resumed = next((e for e in events if 'resuming from' in e['message'] or 'starting over' in e['message']), None)
+resumed = next((e for e in events if 'resuming from' in e['message'] or 'starting over' in e['message'] or 'healed in place' in e['message']), None)
 ckpt = next((e['message'] for e in events if 'resuming from the checkpoint of step' in e['message']), '')
 import re
 m = re.search(r'checkpoint of step (\d+)', ckpt)
 from_step = int(m.group(1)) if m else 0
+healed = next((e['message'] for e in events if 'healed in place from step' in e['message']), '')
+if healed: from_step = int(re.search(r'from step (\d+)', healed).group(1)) - 1
 print(f'| $1 | {(lost[\"time\"] - fault) if lost else float(\"nan\"):.2f} s | {(resumed[\"time\"] - fault) if resumed else float(\"nan\"):.2f} s | step {from_step} | {s[\"restarts\"]} |')
 for e in events: print('   event:', e['message'], file=sys.stderr)
 "
@@ -169,7 +224,9 @@ echo "|---|---|---|---|---|"
 for c in "${cases[@]}"; do
   codecs=none; [ "$c" = kill-ef ] && codecs=ef; [ "$c" = kill-delayed ] && codecs=delayed; [ "$c" = kill-pred ] && codecs=pred
   [ "$c" = kill-tokens ] && codecs=tokens; [ "$c" = kill-scaled ] && codecs=scaled; [ "$c" = replica ] && codecs=replica
-  job=$("$cli" submit --detach "$(spec "$c" "$codecs")" | awk '{print $3}')
+  [ "$c" = replica-stop ] && codecs=replica
+  variant=$codecs; [ "$c" = replica-restart ] && codecs=replica variant=replica-restart
+  job=$("$cli" submit --detach "$(spec "$c" "$variant")" | awk '{print $3}')
   follower=
   if [ "$c" = coord ]; then
     "$cli" logs -f "$job" > "$work/follow.out" 2> "$work/follow.err" &
@@ -232,10 +289,13 @@ for c in "${cases[@]}"; do
         printf 'garbage' | dd of="$f/stage-1.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
       done
       pid_b=$(restart "$work/b") ;;
-    replica)
+    replica|replica-restart)
       kill -9 "$pid_c"; wait "$pid_c" 2>/dev/null || true
-      sleep 1
+      sleep 2  # healing: pipeline 0 trains alone meanwhile
+      restarted=$(now)
       pid_c=$(restart "$work/c") ;;
+    replica-stop)
+      kill -STOP "$pid_c"; sleep 6; restarted=$(now); kill -CONT "$pid_c" ;;
     partition)
       nft add table inet chaos
       nft add chain inet chaos input '{ type filter hook input priority 0; }'
@@ -290,13 +350,17 @@ PY
     want="restored from the previous generation"; [ "$c" = record-lost ] && want="rebuilt from job.json"
     grep -q "$want" <<< "$(status "$job")" || fail "no event says the record was $want"
   fi
-  same_weights "${reference[$codecs]}" "$job" >&2
+  if [ "$c" = replica ] || [ "$c" = replica-stop ]; then
+    replica_healed "${reference[$codecs]}" "$job" "$at" "$restarted"
+  else
+    same_weights "${reference[$codecs]}" "$job" >&2
+  fi
   if [ "$c" = kill-scaled ]; then  # the scaler really skipped steps, before and after the kill
     skipped=$(status "$job" | python3 -c "import json, sys; print(sum(1 for s in json.load(sys.stdin)['steps'] if s.get('skipped')))")
     [ "$skipped" -ge 5 ] || fail "only $skipped steps were skipped under loss scaling from 2^127"
     echo "loss scaling: $skipped of 150 steps skipped on overflow" >&2
   fi
-  if [ "$c" = replica ]; then  # the copies on C too: every second copy's parameters
+  if [ "$c" = replica-restart ]; then  # the copies on C too: every second copy's parameters
     copies=$(cd "$work/c/jobs/${reference[$codecs]}" && find . -name 'stage-*.pt' | sort)
     [ -n "$copies" ] || fail "no parameters of a copy on daemon C"
     for f in $copies; do

@@ -110,7 +110,15 @@ TEST_CASE("a third daemon cannot take a running job's frames, abort it or re-pre
                 static_cast<unsigned long long>(std::stoull(job, nullptr, 16) ^ 0x9e3779b97f4a7c15ULL));
   CHECK_THAT(errorOf(third, prepare(colliding, "", 1, 1, spec, c.control(), keys.get("user").publicKey)),
              Catch::Contains("a prepare without a proof that the sender made the job"));
+  // Nor commit the victim's steps (a healing job's word to apply an update).
+  CHECK_THAT(errorOf(third, {{"type", "stage.commit"}, {"job", job}, {"stage", 1}, {"step", 1000}}),
+             Catch::Contains("takes requests only from its job's coordinator"));
   const auto own = protocol::newJobIdentity(keys.get("tdc").publicKey);
+  // Its own job's stage from another's memory: only a healing job's stage takes "memory".
+  Json fromMemory = prepare(own.id, own.proof, 1, 1, spec, c.control(), keys.get("user").publicKey);
+  fromMemory["resume_from"] = "memory";
+  fromMemory["resume_step"] = 3;
+  CHECK_THAT(errorOf(third, fromMemory), Catch::Contains("is for a job that heals"));
   CHECK(errorOf(third, prepare(own.id, own.proof, 1, 1, spec, c.control(), keys.get("user").publicKey)) == "");
   CHECK(errorOf(third, {{"type", "stage.abort"}, {"job", own.id}, {"stage", 1}}) == "");
   // An inferred input_shape is taken only by a TorchScript stage after the first whose spec
