@@ -250,6 +250,14 @@ bool Coordinator::tryHeal(int attempt) {
   // Not on the daemons that did not answer: each of those frees its stages when the
   // heartbeats stop, and waiting on them would hold the heal.
   abortAfterCommits(silent);
+  // The row of step committed_, from the pipelines that go on (a lost copy may never report
+  // it): each copy reports a step right after applying it, so it comes at once.
+  table_.narrowPipelines(jobId_, whole);
+  const auto until = std::chrono::steady_clock::now() + kStageReportGrace * 2;
+  while (table_.progress(jobId_).stepsDone < committed_ + 1 && std::chrono::steady_clock::now() < until) {
+    table_.waitForChange(jobId_, std::chrono::milliseconds(50));
+  }
+  if (table_.progress(jobId_).stepsDone < committed_ + 1) return false;  // restart from the checkpoint
   healedAt_ = committed_;
   pipelines_ = whole.size() == static_cast<size_t>(protocol::replicaCount(spec_)) ? std::vector<int>{} : whole;
   joiners_.clear();
@@ -508,12 +516,10 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       why = lost->why;
       return Outcome::Retry;
     }
-    bool committed = false;
     if (protocol::heals(spec_)) {
       while (table_.takeReady(jobId_, committed_ + 1)) {
         ++committed_;
         postToSlots({{"type", protocol::kStageCommit}, {"step", committed_}});
-        committed = true;
       }
     }
     if (!away.empty()) {
@@ -539,8 +545,11 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
         }
         if (back) rejoining_.push_back(r);
       }
-      // At a commit: every copy that trains applies it before the abort that follows.
-      if (!rejoining_.empty() && committed && committed_ + 1 < spec_.steps) return Outcome::Rejoin;
+      // Once the newest committed step's row is complete: every copy that trains has applied
+      // it, and stops at the abort that follows, keeping that step's state.
+      if (!rejoining_.empty() && table_.progress(jobId_).stepsDone == committed_ + 1 && committed_ + 1 < spec_.steps) {
+        return Outcome::Rejoin;
+      }
     }
     if (awaitingProfiles) {
       const auto profiles = table_.takeProfiles(jobId_, profileStep);

@@ -261,6 +261,13 @@ bool JobTable::takeReady(const std::string& id, int64_t step) {
   return true;
 }
 
+void JobTable::narrowPipelines(const std::string& id, std::vector<int> pipelines) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  JobRecord& r = find(id);
+  reports_.narrow(r, std::move(pipelines));
+  changed(r);
+}
+
 std::optional<std::vector<Json>> JobTable::takeProfiles(const std::string& id, int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   JobRecord& r = find(id);

@@ -79,6 +79,8 @@ class JobTable {
   // A healing job: whether every slot that trains awaits the commit of `step` (its
   // readiness is then forgotten).
   bool takeReady(const std::string& id, int64_t step);
+  // A healing job: the current attempt's rows complete with these pipelines' reports alone.
+  void narrowPipelines(const std::string& id, std::vector<int> pipelines);
   void countRestart(const std::string& id);
   // Forgets a checkpoint that could not be restored.
   void dropCheckpoint(const std::string& id, int64_t step);

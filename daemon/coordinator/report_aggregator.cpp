@@ -32,10 +32,7 @@ bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) 
                     std::to_string(report.replica) + ", which does not exist");
   }
   const int stage = protocol::slotOf(r.spec, report.stage, report.replica);  // a slot: stage i replica 0 is i
-  if (!isActiveSlot(r, stage)) {
-    throw WireError("report for job " + r.id + " from " + protocol::describeSlot(r.spec, stage) +
-                    ", whose pipeline does not train in this attempt");
-  }
+  if (!isActiveSlot(r, stage)) return false;  // a copy of a pipeline that left, reporting late
   AttemptReports& reports = r.reports;
   switch (report.kind) {
     case ReportKind::Step:
@@ -83,6 +80,14 @@ bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) 
       break;
   }
   return true;
+}
+
+void ReportAggregator::narrow(JobRecord& r, std::vector<int> pipelines) const {
+  r.reports.pipelines = std::move(pipelines);
+  for (auto& [step, reports] : r.reports.pending) {
+    for (auto it = reports.begin(); it != reports.end();) it = isActiveSlot(r, it->first) ? std::next(it) : reports.erase(it);
+  }
+  completeSteps(r);
 }
 
 // A checkpoint counts once every slot has written it; the spec's keep newest are kept.

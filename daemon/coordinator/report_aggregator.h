@@ -19,6 +19,9 @@ class ReportAggregator {
   // of an earlier attempt (ignored); throws skytrain::WireError on one that names a stage,
   // replica or step the job does not have.
   bool apply(JobRecord& r, const protocol::StageReport& report) const;
+  // A healing job's pipelines that go on: the current attempt's step rows complete with
+  // their slots' reports alone (the step a heal resumes after may lack a lost copy's).
+  void narrow(JobRecord& r, std::vector<int> pipelines) const;
 
  private:
   // Moves the pending step reports that complete a row, in step order, into the record.

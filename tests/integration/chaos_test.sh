@@ -38,7 +38,8 @@
 #   kill-scaled  the kill case under dynamic loss scaling from 2^127, which overflows and
 #          skips steps all run long: the scale and its run of good steps are in checkpoints
 # In the coord case `skytrain logs -f` follows the job throughout and must re-attach.
-# Each job must succeed with final parameters bit-identical to an undisturbed run's. The
+# Each job must succeed with final parameters bit-identical to an undisturbed run's (the
+# healed replica cases: within 1e-3, their copies bit-identical to each other). The
 # kill case runs four times: without compression, with error-feedback int8 + SVD codecs,
 # under the one-step-delayed update (its pending gradients live in the checkpoints), and
 # with q13+pred forward, whose tables live at both ends (the receiver's decoder state too).
@@ -167,7 +168,7 @@ assert s["restarts"] == 0, f'{s["restarts"]} restarts'
 resumed_after = int(re.search(r"from step (\d+)", healed).group(1)) - 1  # the last step kept
 assert resumed_after >= at, f"resumed after step {resumed_after}, but {at} were done at the fault: steps lost"
 steps = [r["step"] for r in s["steps"]]
-assert steps == list(range(1, 301)), "step rows missing or repeated"
+assert steps == list(range(1, 301)), f"step rows missing or repeated: {[x for i, x in enumerate(steps) if x != i + 1][:10]} ({len(steps)} rows)"
 assert any(r["micro_batches"] == 4 for r in s["steps"]), "no step ran the whole batch on one pipeline"
 print(f"healed: {healed}; {rejoined['message']}, {rejoined['time'] - back:.2f} s after its daemon was back; "
       f"steps lost 0 (fault after step {at}, kept {resumed_after})")
@@ -189,7 +190,7 @@ for x, y in pairs:
     for name in tx:
         assert torch.equal(tx[name], ty[name]), f"{y}: {name} differs from its healthy copy's"
 print(f"healed parameters: max |difference| from the undisturbed run {worst:.2e}; the copies bit-identical")
-sys.exit(0 if worst < 2e-3 else 1)
+sys.exit(0 if worst < 1e-3 else 1)
 PY
 }
 
