@@ -47,6 +47,13 @@ uint64_t fetchStage(zmq::context_t& context, const ClientOptions& options, const
   request.job = job;
   request.stage = stage;
   request.step = step;
+  // The copy whose files hold the weights (a healed job whose pipeline 0 left): bounded
+  // like any copy's number; the daemon checks the rest.
+  const Json replica = daemon.value("replica", Json(0));
+  if (!replica.is_number_integer() || replica.get<int64_t>() < 0 || replica.get<int64_t>() > 255) {
+    throw WireError("the job's status names stage " + std::to_string(stage) + "'s copy as " + replica.dump().substr(0, 40));
+  }
+  request.replica = static_cast<int>(replica.get<int64_t>());
   uint64_t size = 0;
   do {
     Json reply;

@@ -160,6 +160,19 @@ bool Coordinator::isActive(int slot) const {
          std::find(pipelines_.begin(), pipelines_.end(), protocol::replicaOfSlot(spec_, slot)) != pipelines_.end();
 }
 
+void Coordinator::setPipelines(std::vector<int> pipelines) {
+  std::sort(pipelines.begin(), pipelines.end());
+  pipelines.erase(std::unique(pipelines.begin(), pipelines.end()), pipelines.end());
+  pipelines_ = pipelines.size() == static_cast<size_t>(protocol::replicaCount(spec_)) ? std::vector<int>{} : pipelines;
+}
+
+bool Coordinator::fits(size_t pipelines) const {
+  // The batch splits over them, and a copy's share into the plan's micro-batches of the same
+  // size: m * R / P of them (PipelineRunner::setPlan).
+  const int p = static_cast<int>(pipelines), m = std::max(1, table_.progress(jobId_).microBatches);
+  return p > 0 && spec_.batchSize % p == 0 && (m * protocol::replicaCount(spec_)) % p == 0;
+}
+
 std::vector<int> Coordinator::activePipelines() const {
   if (!pipelines_.empty()) return pipelines_;
   std::vector<int> all;
@@ -183,10 +196,10 @@ void Coordinator::postToSlots(const nlohmann::json& message) {
   }
 }
 
-void Coordinator::abortAfterCommits(const std::set<std::string>& skip) {
+void Coordinator::abortStages(const std::set<std::string>& skip) {
   slotClients_.resize(slots());
   for (int i = 0; i < slots(); ++i) {
-    if (skip.count(protocol::placementOf(spec_, i).daemon)) continue;
+    if (!isActive(i) || skip.count(protocol::placementOf(spec_, i).daemon)) continue;  // the others stopped when they left
     try {
       auto& client = slotClients_[i];
       if (!client) client = makeClient(i);
@@ -222,26 +235,26 @@ std::vector<int> Coordinator::wholePipelines(std::set<std::string>& silent) {
 }
 
 void Coordinator::beginRejoin(int attempt) {
-  abortAfterCommits({});  // each copy that trains stops after the last commit
+  abortStages();  // each copy that trains stops after the last commit
   std::vector<int> next = activePipelines();
   next.insert(next.end(), rejoining_.begin(), rejoining_.end());
-  std::sort(next.begin(), next.end());
-  pipelines_ = next.size() == static_cast<size_t>(protocol::replicaCount(spec_)) ? std::vector<int>{} : next;
+  setPipelines(next);
   joiners_ = rejoining_;
   resumeFrom_ = "memory";
+  healedAt_ = committed_;  // a rejoin that fails with no step committed restarts from the checkpoint
   table_.addEvent(jobId_, fmt::format("attempt {}: pipeline{} {} rejoin{} from step {}, taking the state from a healthy copy",
                                       attempt + 1, joiners_.size() == 1 ? "" : "s", fmt::join(joiners_, ", "),
                                       joiners_.size() == 1 ? "s" : "", committed_ + 2));
 }
 
 bool Coordinator::tryHeal(int attempt) {
-  // A heal or rejoin that failed restarts from the checkpoint, and so does a failure with no
-  // step committed since the last heal (it could recur without end).
-  if (!protocol::heals(spec_) || committed_ < 0 || !resumeFrom_.empty() || committed_ == healedAt_) return false;
+  // A failure with no step committed since the last heal or rejoin restarts from the
+  // checkpoint: it could recur without end.
+  if (!protocol::heals(spec_) || committed_ < 0 || committed_ == healedAt_) return false;
   const std::vector<int> before = activePipelines();
   std::set<std::string> silent;  // daemons that did not answer: their stages free themselves
   const std::vector<int> whole = wholePipelines(silent);
-  if (whole.empty() || spec_.batchSize % static_cast<int>(whole.size()) != 0) return false;
+  if (!fits(whole.size())) return false;
   std::vector<int> left;
   for (int r : before) {
     if (std::find(whole.begin(), whole.end(), r) == whole.end()) left.push_back(r);
@@ -249,7 +262,7 @@ bool Coordinator::tryHeal(int attempt) {
   // Each copy applies the last commit before it stops: what it keeps is of step committed_.
   // Not on the daemons that did not answer: each of those frees its stages when the
   // heartbeats stop, and waiting on them would hold the heal.
-  abortAfterCommits(silent);
+  abortStages(silent);
   // The row of step committed_, from the pipelines that go on (a lost copy may never report
   // it): each copy reports a step right after applying it, so it comes at once.
   table_.narrowPipelines(jobId_, whole);
@@ -259,7 +272,7 @@ bool Coordinator::tryHeal(int attempt) {
   }
   if (table_.progress(jobId_).stepsDone < committed_ + 1) return false;  // restart from the checkpoint
   healedAt_ = committed_;
-  pipelines_ = whole.size() == static_cast<size_t>(protocol::replicaCount(spec_)) ? std::vector<int>{} : whole;
+  setPipelines(whole);
   joiners_.clear();
   resumeFrom_ = "memory";
   const auto names = [](const std::vector<int>& p) {
@@ -325,6 +338,7 @@ void Coordinator::run() {
     while (true) {
       threadLogFields().attempt = attempt;
       const bool inMemory = !resumeFrom_.empty();  // a heal or a rejoin: from what the stages kept
+      const std::vector<int> joining = joiners_;
       const int64_t from = inMemory ? committed_ : table_.progress(jobId_).lastCheckpoint;
       if (attempt > 0 && !inMemory) {
         table_.addEvent(jobId_, from >= 0 ? "attempt " + std::to_string(attempt) + ": resuming from the checkpoint of step " +
@@ -335,6 +349,8 @@ void Coordinator::run() {
       Outcome outcome;
       try {
         outcome = runAttempt(attempt, from, why);
+        resumeFrom_.clear();  // of that attempt only: the next heal or rejoin says again
+        joiners_.clear();
       } catch (const PeerError& e) {
         outcome = Outcome::Retry;
         why = e.what();
@@ -360,6 +376,7 @@ void Coordinator::run() {
       }
       if (outcome == Outcome::Succeeded) {
         if (table_.progress(jobId_).dryRun) abortStages();  // profiled and planned: nothing to train
+        table_.setWeightsPipeline(jobId_, activePipelines().front());  // whose copies wrote the final weights
         table_.transition(jobId_, JobState::Succeeded);
         break;
       }
@@ -370,14 +387,14 @@ void Coordinator::run() {
         ++attempt;
         continue;
       }
+      resumeFrom_.clear();
+      joiners_.clear();
       if (inMemory) {  // the heal or rejoin itself failed: back to the checkpoint, on the pipelines that trained
         std::vector<int> trained;
         for (int r : activePipelines()) {
-          if (std::find(joiners_.begin(), joiners_.end(), r) == joiners_.end()) trained.push_back(r);
+          if (std::find(joining.begin(), joining.end(), r) == joining.end()) trained.push_back(r);
         }
-        pipelines_ = trained.size() == static_cast<size_t>(protocol::replicaCount(spec_)) ? std::vector<int>{} : trained;
-        joiners_.clear();
-        resumeFrom_.clear();
+        setPipelines(trained);
       }
       abortStages();
       if (outcome != Outcome::Retry) break;
@@ -444,6 +461,8 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
     }
     // Never ran: an unreachable stage is the user's to fix.
     if (attempt == 0 && dynamic_cast<const PeerError*>(&e)) throw Error(e.what());
+    // A heal or rejoin a daemon refused (a budget, a device): the job goes on from the checkpoint.
+    if (!resumeFrom_.empty()) throw PeerError(e.what());
     throw;
   }
   std::vector<HeartbeatTarget> targets;
@@ -466,7 +485,7 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
     if (!isActive(i)) away.push_back(i);
   }
   std::map<int, std::unique_ptr<protocol::ControlClient>> pingers;
-  std::map<int, std::chrono::steady_clock::time_point> answered;
+  std::map<int, std::chrono::steady_clock::time_point> answered, asked;
   auto nextPing = std::chrono::steady_clock::now();
   const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(spec_.failure.heartbeatS));
@@ -526,12 +545,22 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       const auto turn = std::chrono::steady_clock::now();
       for (int slot : away) {
         try {
+          // One ping at a time: a daemon that stays down must not fill the socket's queue (a
+          // blocked send would stop the commits); one unanswered for three intervals is
+          // dropped with its connection.
           auto& pinger = pingers[slot];
-          if (!pinger) pinger = makeClient(slot);
-          if (turn >= nextPing) pinger->post({{"type", protocol::kPing}, {"id", pingId++}});
-          while (auto reply = pinger->tryReceive()) {
-            if (reply->value("ok", false)) answered[slot] = turn;
+          if (pinger) {
+            while (auto reply = pinger->tryReceive()) {
+              if (reply->value("ok", false)) answered[slot] = turn;
+              asked.erase(slot);
+            }
           }
+          if (turn < nextPing) continue;
+          if (asked.count(slot) && turn - asked[slot] > 3 * interval) pinger.reset(), asked.erase(slot);
+          if (asked.count(slot)) continue;
+          if (!pinger) pinger = makeClient(slot);
+          pinger->post({{"type", protocol::kPing}, {"id", pingId++}});
+          asked[slot] = turn;
         } catch (const std::exception&) {
         }
       }
@@ -545,6 +574,7 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
         }
         if (back) rejoining_.push_back(r);
       }
+      if (!fits(activePipelines().size() + rejoining_.size())) rejoining_.clear();  // until more are back
       // Once the newest committed step's row is complete: every copy that trains has applied
       // it, and stops at the abort that follows, keeping that step's state.
       if (!rejoining_.empty() && table_.progress(jobId_).stepsDone == committed_ + 1 && committed_ + 1 < spec_.steps) {
@@ -584,16 +614,6 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
         awaitingProfiles = true;
       }
       break;
-    }
-  }
-}
-
-void Coordinator::abortStages() {
-  for (int i = 0; i < slots(); ++i) {
-    try {
-      clientFor(i).request(addressed({{"type", protocol::kStageAbort}}, i), std::chrono::milliseconds(2000));
-    } catch (const std::exception& e) {
-      spdlog::warn("job {}: could not abort {}: {}", jobId_, protocol::describeSlot(spec_, i), e.what());
     }
   }
 }

@@ -56,20 +56,24 @@ class Coordinator {
   // says what was inferred, on the first attempt.
   std::vector<int64_t> inferInputShape(const std::vector<std::vector<int64_t>>& outputs, int slot, int attempt);
   void sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout);
-  void abortStages();
+  // Aborts the stage copies that train, except on the daemons in `skip`, through the
+  // connections postToSlots uses: a copy applies a commit posted there before it stops.
+  void abortStages(const std::set<std::string>& skip = {});
 
-  // Healing (protocol::heals; docs/failures.md). Each step is applied once every slot that
+  // Healing (protocol::heals; docs/operations.md, "Failures"). Each step is applied once every slot that
   // trains is ready for it: the coordinator then posts the commit, in order with the aborts
   // it may post after (postToSlots: one connection per slot). When a copy is lost, the
   // pipelines whose daemons all still answer go on from the last committed step, which
   // their daemons kept in memory, with the batch split over them (heal); a pipeline whose
   // daemons answer again rejoins at a commit, taking the state from a healthy copy.
   bool isActive(int slot) const;
+  // Sets pipelines_ (sorted; all of them: empty).
+  void setPipelines(std::vector<int> pipelines);
+  // Whether `pipelines` pipelines can train the job: the batch and the plan's micro-batches
+  // split over them.
+  bool fits(size_t pipelines) const;
   std::vector<int> activePipelines() const;
   void postToSlots(const nlohmann::json& message);
-  // Aborts every slot's stage through postToSlots' connections, after the commits posted
-  // there (a copy applies the last before it stops), except on the daemons in `skip`.
-  void abortAfterCommits(const std::set<std::string>& skip);
   // The active pipelines whose slots' daemons all answer a ping now; adds the daemons that
   // do not to `silent`.
   std::vector<int> wholePipelines(std::set<std::string>& silent);

@@ -79,6 +79,8 @@ JobRecord JobRecord::fromDocument(const Json& doc) {
   r.stageKeys = doc.value("stage_keys", std::vector<std::string>(protocol::slotCount(r.spec)));
   r.attempt = doc.value("attempt", 0);
   r.restarts = doc.value("restarts", 0);
+  r.weightsPipeline = doc.value("weights_pipeline", 0);
+  if (r.weightsPipeline < 0 || r.weightsPipeline >= protocol::replicaCount(r.spec)) r.weightsPipeline = 0;
   r.checkpoints = doc.value("checkpoints", std::vector<int64_t>{});
   r.events = doc.value("events", std::vector<Json>{});
   if (static_cast<int>(r.stageKeys.size()) != protocol::slotCount(r.spec)) {
@@ -94,6 +96,7 @@ Json JobRecord::document() const {
   doc["proof"] = proof;
   doc["events"] = events;
   doc["stage_keys"] = stageKeys;
+  if (weightsPipeline > 0) doc["weights_pipeline"] = weightsPipeline;
   doc["evals"] = evals;
   doc["plans"] = plans;
   doc["summary"] = summary();
@@ -135,11 +138,14 @@ Json JobRecord::status(size_t sinceStep) const {
   job["events"] = events;
   job["spec"] = specText;  // the owner's own spec: `export --format hf` writes config.json from it
   // Where each stage's weights are, for `skytrain export` (the keys are those this daemon
-  // trusts for them).
+  // trusts for them): pipeline 0's copies, or the pipeline that ended a healed job.
   job["stage_daemons"] = Json::array();
   for (size_t i = 0; i < spec.stages.size(); ++i) {
-    job["stage_daemons"].push_back({{"endpoint", spec.stages[i].daemon},
-                                    {"key", i < stageKeys.size() ? stageKeys[i] : std::string()}});
+    const int slot = protocol::slotOf(spec, static_cast<int>(i), weightsPipeline);
+    Json where = {{"endpoint", protocol::placementOf(spec, slot).daemon},
+                  {"key", slot < static_cast<int>(stageKeys.size()) ? stageKeys[slot] : std::string()}};
+    if (weightsPipeline > 0) where["replica"] = weightsPipeline;
+    job["stage_daemons"].push_back(std::move(where));
   }
   return job;
 }

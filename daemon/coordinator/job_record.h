@@ -66,6 +66,9 @@ struct JobRecord {
   double finishedAt = 0;
   int attempt = 0;
   int restarts = 0;
+  // The pipeline (replica) whose copies hold the final weights: the first that trained at
+  // the end; not 0 only when a healing job's pipeline 0 left and did not rejoin.
+  int weightsPipeline = 0;
   std::vector<int64_t> checkpoints;  // complete, oldest first
   double checkpointAt = 0;            // when the newest became complete
   std::vector<StageTotals> totals;    // per stage, over every attempt

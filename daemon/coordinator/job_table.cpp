@@ -131,6 +131,7 @@ JobProgress JobTable::progress(const std::string& id) const {
   p.dryRun = r.dryRun;
   p.lastCheckpoint = r.checkpoints.empty() ? -1 : r.checkpoints.back();
   p.stepsDone = static_cast<int64_t>(r.steps.size());
+  p.microBatches = r.plans.empty() ? r.spec.microBatches : r.plans.back().value("micro_batches", r.spec.microBatches);
   p.stageFailure = r.reports.stageFailure;
   p.stagesDone = r.reports.stagesDone;
   p.allStagesDone = static_cast<int>(r.reports.stagesDone.size()) == activeSlots(r);
@@ -259,6 +260,14 @@ bool JobTable::takeReady(const std::string& id, int64_t step) {
   if (it == r.reports.ready.end() || static_cast<int>(it->second.size()) != activeSlots(r)) return false;
   r.reports.ready.erase(r.reports.ready.begin(), std::next(it));
   return true;
+}
+
+void JobTable::setWeightsPipeline(const std::string& id, int pipeline) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  JobRecord& r = find(id);
+  if (r.weightsPipeline == pipeline) return;
+  r.weightsPipeline = pipeline;
+  files_.save(r);
 }
 
 void JobTable::narrowPipelines(const std::string& id, std::vector<int> pipelines) {

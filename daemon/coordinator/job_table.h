@@ -30,6 +30,7 @@ struct JobProgress {
   bool dryRun = false;
   int64_t lastCheckpoint = -1;  // the newest checkpoint every stage confirmed (-1: none)
   int64_t stepsDone = 0;        // complete step rows
+  int microBatches = 0;         // m of the plan in force (a copy's share with every copy training); 0: none yet
   // Of the current attempt: a stage's reported failure, and the slots that reported done.
   std::optional<std::string> stageFailure;
   std::set<int> stagesDone;
@@ -79,6 +80,8 @@ class JobTable {
   // A healing job: whether every slot that trains awaits the commit of `step` (its
   // readiness is then forgotten).
   bool takeReady(const std::string& id, int64_t step);
+  // Where export finds the final weights: the pipeline whose copies wrote them.
+  void setWeightsPipeline(const std::string& id, int pipeline);
   // A healing job: the current attempt's rows complete with these pipelines' reports alone.
   void narrowPipelines(const std::string& id, std::vector<int> pipelines);
   void countRestart(const std::string& id);

@@ -42,8 +42,9 @@ bool ReportAggregator::apply(JobRecord& r, const protocol::StageReport& report) 
       reports.pending[report.step][stage] = protocol::toJson(report);
       completeSteps(r);
       break;
-    case ReportKind::Ready:
-      if (report.step < static_cast<int64_t>(r.steps.size()) || report.step >= r.spec.steps) {
+    case ReportKind::Ready:  // of a step whose commit is next: at most two past the last row
+      if (report.step < static_cast<int64_t>(r.steps.size()) || report.step > static_cast<int64_t>(r.steps.size()) + 2 ||
+          report.step >= r.spec.steps) {
         throw WireError("report for job " + r.id + " step " + std::to_string(report.step + 1) + " is out of order");
       }
       reports.ready[report.step].insert(stage);

@@ -128,7 +128,7 @@ struct ReplicaGroup::Impl {
 };
 
 ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o)
-    : impl_(std::make_unique<Impl>()), size_(o.replicas), rank_(o.replica) {
+    : impl_(std::make_unique<Impl>()), size_(o.size), rank_(o.rank) {
   impl_->aborted = o.aborted;
   impl_->device = c10::Device(o.device);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeoutS * 1000));
@@ -139,7 +139,7 @@ ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o
 #ifdef SKYTRAIN_NCCL
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = timeout;
-      impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.replica, o.replicas, options);
+      impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, o.rank, o.size, options);
       impl_->backend = "nccl";
 #else
       throw Error("stage " + std::to_string(o.stage) + " on " + o.device +
@@ -150,7 +150,7 @@ ReplicaGroup::ReplicaGroup(zmq::context_t& context, const ReplicaGroupOptions& o
       auto options = c10d::ProcessGroupGloo::Options::create();
       options->timeout = timeout;
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(o.privateAddress));
-      impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.replica, o.replicas, options);
+      impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, o.rank, o.size, options);
       impl_->backend = "gloo";
 #else
       throw Error("stage " + std::to_string(o.stage) + " on " + o.device +

@@ -27,8 +27,9 @@ struct ReplicaGroupOptions {
   protocol::ClientSecurity security;   // this daemon's keys and the coordinator's key
   std::string job;
   int stage = 0;
-  int replica = 0;   // this copy's rank: its place among the pipelines that train
-  int replicas = 1;  // the group's size: how many pipelines train
+  int replica = 0;   // this copy (job_spec.h): who the store requests say they come from
+  int rank = 0;      // its place among the pipelines that train: its rank in the group
+  int size = 1;      // the group's size: how many pipelines train
   int attempt = 0;   // the store's generation: an earlier attempt's keys are gone
   std::string privateAddress;  // where Gloo binds (config.h)
   std::string device = "cpu";  // "cpu": Gloo; "cuda[:N]": NCCL

@@ -287,7 +287,7 @@ inline int replicaOfSlot(const JobSpec& spec, int slot) { return slot / static_c
 inline int slotOf(const JobSpec& spec, int stage, int replica) {
   return replica * static_cast<int>(spec.stages.size()) + stage;
 }
-// Whether a job heals in place when a copy is lost (docs/failures.md): replicated, with
+// Whether a job heals in place when a copy is lost (docs/operations.md, "Failures"): replicated, with
 // failure.heal, the synchronous update (the delayed one overlaps steps, so no step
 // boundary is a consistent cut), no ZeRO-1 (a lost copy's optimizer shard is gone), a chain.
 inline bool heals(const JobSpec& spec) {

@@ -61,7 +61,7 @@ struct StagePrepare : StageRef {
   // `skytrain plan`: the stage is profiled, never trained, and leaves nothing on disk (no
   // claim, no job folder). Only for a job id the sender proves it made, new to this daemon.
   bool dryRun = false;
-  // Healing a replicated job (docs/failures.md): where the stage's state after resumeStep
+  // Healing a replicated job (docs/operations.md, "Failures"): where the stage's state after resumeStep
   // comes from. "" : the checkpoint on disk; "memory": what this daemon's copy of the stage
   // kept when its last attempt stopped, which must be of that step; "peer": a healthy copy
   // of the stage sends it over c10d once the copies meet (a copy that rejoins).

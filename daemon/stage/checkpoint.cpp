@@ -19,7 +19,6 @@
 namespace skytrain::daemon {
 namespace {
 
-constexpr size_t kMaxMetaBytes = 1 << 20;
 constexpr size_t kMaxTensorsBytes = size_t{1} << 40;
 
 constexpr int kWriterNice = 19;  // where SCHED_IDLE is refused
@@ -47,7 +46,7 @@ StageSnapshot loadCheckpoint(const std::string& jobDir, const std::string& jobId
   if (dir.empty()) dir = checkpointDir(jobDir, step);  // missing: the error names the file it would be
   const std::string metaPath = dir + "/stage-" + std::to_string(stage) + ".json";
   const std::string tensorsPath = dir + "/stage-" + std::to_string(stage) + ".safetensors";
-  const std::string metaText = readAll(metaPath, kMaxMetaBytes);
+  const std::string metaText = readAll(metaPath, kMaxCheckpointMetaBytes);
   return decodeSnapshot(metaText, std::make_shared<const std::string>(readAll(tensorsPath, kMaxTensorsBytes)), jobId,
                         step, stage, "checkpoint file " + metaPath, "checkpoint file " + tensorsPath);
 }

@@ -242,6 +242,8 @@ StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) c
   return state_->snapshot(jobId, step, plan_, /*borrow=*/!delayed_);
 }
 
+std::vector<std::pair<std::string, at::Tensor>> PipelineRunner::extras() const { return state_->extras(); }
+
 void PipelineRunner::restore(const StageSnapshot& snapshot) {
   state_->restore(snapshot, [this](const RunPlan& plan) { setPlan(plan); });
 }

@@ -100,6 +100,8 @@ class PipelineRunner {
   int microBatches() const;
 
   StageSnapshot snapshot(const std::string& jobId, int64_t step) const;
+  // StageState::extras: what a snapshot holds beside the weights and AdamW's state, copied.
+  std::vector<std::pair<std::string, at::Tensor>> extras() const;
   // Called before every optimizer step: the checkpoint writer's awaitReleased, so a
   // snapshot that borrows the weights is written before they change.
   void setUpdateFence(std::function<void()> fence) { updateFence_ = std::move(fence); }

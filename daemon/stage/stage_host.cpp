@@ -225,7 +225,7 @@ protocol::Json StageHost::prepare(const protocol::StagePrepare& request, const s
     recordStageOwner(a.jobDir, a.stage, caller, request.owner);
   }
   if (protocol::heals(a.spec) && !request.dryRun) {
-    if (a.resumeFrom == "memory") {  // none kept here: the worker takes it from a healthy copy
+    if (a.resumeFrom == "memory") {  // with none kept here, the worker takes it from a healthy copy
       const auto kept = kept_.find(key);
       if (kept != kept_.end() && kept->second.coordinatorKey == caller) a.restoreFrom = kept->second.state;
     }

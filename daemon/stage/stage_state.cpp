@@ -41,6 +41,27 @@ StageState::StageState(const StageContext& context, stages::Stage& model, torch:
     : context_(context), model_(model), optimizer_(optimizer), codecs_(codecs), links_(links), update_(update),
       dataFingerprint_(std::move(dataFingerprint)) {}
 
+void StageState::addExtras(std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
+  codecs_.saveState(tensors);
+  // Stateful decoders ("+pred"), under their stream: "decoder/<direction>/<spec>/<name>".
+  links_.saveDecoders(tensors);
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    tensors.emplace_back("rng/cpu", generator.get_state());
+  }
+  // The delayed update's gradients not yet applied (drain() ran), the loss scale: the run's
+  // future too.
+  update_.saveState(tensors);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> StageState::extras() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  addExtras(out);
+  for (auto& entry : out) entry.second = entry.second.detach().to(at::kCPU, false, /*copy=*/true);
+  return out;
+}
+
 StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const RunPlan& plan, bool borrow) const {
   StageSnapshot s;
   s.borrowed = borrow;
@@ -57,16 +78,7 @@ StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const
     tensors.emplace_back("adamw/" + name + "/exp_avg", held(adam.exp_avg()));
     tensors.emplace_back("adamw/" + name + "/exp_avg_sq", held(adam.exp_avg_sq()));
   }
-  codecs_.saveState(tensors);
-  // Stateful decoders ("+pred"), under their stream: "decoder/<direction>/<spec>/<name>".
-  links_.saveDecoders(tensors);
-  {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    tensors.emplace_back("rng/cpu", generator.get_state());
-  }
-  // The delayed update's gradients not yet applied (drain() ran): they are the run's future too.
-  update_.saveState(tensors);
+  addExtras(tensors);
   const auto& spec = context_.spec;
   s.meta = {{"format", kCheckpointFormat},
             {"job", jobId},

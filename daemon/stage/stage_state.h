@@ -37,11 +37,16 @@ class StageState {
   // `borrow`: the parameters and AdamW moments go in as the stage's own tensors, not copies
   // (StageSnapshot::borrowed); only where nothing but the optimizer step writes them.
   StageSnapshot snapshot(const std::string& jobId, int64_t step, const RunPlan& plan, bool borrow) const;
+  // A copy of the state beside the weights and AdamW's (codec and decoder state, the RNG, the
+  // loss scale), which a step's forwards and backwards move before it is applied: a healing
+  // job's worker keeps this as of its last applied step (stage_worker.cpp).
+  std::vector<std::pair<std::string, at::Tensor>> extras() const;
   // Restores `snapshot`; `applyPlan` installs its plan before the codecs' state is read (the
   // plan makes the codecs "auto" chose). Throws skytrain::WireError naming what is wrong.
   void restore(const StageSnapshot& snapshot, const std::function<void(const RunPlan&)>& applyPlan);
 
  private:
+  void addExtras(std::vector<std::pair<std::string, at::Tensor>>& tensors) const;
   const StageContext& context_;
   stages::Stage& model_;
   torch::optim::Optimizer& optimizer_;

@@ -43,16 +43,14 @@ std::optional<StageSnapshot> KeptState::take(int64_t step, std::chrono::millisec
     }
     changed_.wait_for(lock, std::chrono::milliseconds(50));
   }
-  if (!snapshot_) {
-    missing = "this daemon kept none (it finished, restarted or never had any)";
-    return std::nullopt;
-  }
-  if (step_ != step) {
-    missing = "this daemon kept the state after step " + std::to_string(step_ + 1) + ", not " + std::to_string(step + 1);
-    return std::nullopt;
-  }
   std::optional<StageSnapshot> out = std::move(snapshot_);
-  snapshot_.reset();
+  snapshot_.reset();  // whatever the outcome: only one attempt may take it
+  if (!out) {
+    missing = "this daemon kept none (it finished, restarted or never had any)";
+  } else if (step_ != step) {
+    missing = "this daemon kept the state after step " + std::to_string(step_ + 1) + ", not " + std::to_string(step + 1);
+    out.reset();
+  }
   return out;
 }
 
@@ -93,7 +91,10 @@ double StageWorker::secondsSinceHeartbeat() const {
 }
 
 void StageWorker::abort() {
-  aborted_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);  // a waiter checks the flag under it: no lost wake-up
+    aborted_ = true;
+  }
   startSignal_.notify_all();
 }
 
@@ -119,7 +120,7 @@ void StageWorker::awaitCommit(int64_t step) {
   // (StageHost::reap), which abort the stage.
   startSignal_.wait(lock, [&] { return committed_ >= step || aborted_; });
   if (committed_ < step) throw Aborted{};
-  applied_ = step;
+  applying_ = true;  // until the update is in: a failure meanwhile leaves no state to keep
 }
 
 void StageWorker::shareState(PipelineRunner& runner, ReplicaGroup& group, int64_t step, bool holds) {
@@ -148,6 +149,7 @@ void StageWorker::shareState(PipelineRunner& runner, ReplicaGroup& group, int64_
   runner.restore(decodeSnapshot(bytes.meta, std::make_shared<const std::string>(std::move(bytes.tensors)), a.jobId, step,
                                 a.stage, from, from));
   applied_ = step;
+  appliedExtras_ = runner.extras();
   spdlog::info("job {} stage {} replica {}: took {} ({} bytes) in {:.2f} s", a.jobId, a.stage, a.replica, from, size,
                secondsSince(start));
 }
@@ -262,6 +264,7 @@ void StageWorker::run() {
                      a.resumeStep + 1, missing);
       }
     }
+    if (heals) appliedExtras_ = runner.extras();  // the state beside the weights, as of applied_
     if (a.resumeStep >= 0) {
       firstStep = static_cast<int>(a.resumeStep) + 1;
       applied_ = a.resumeStep;
@@ -300,8 +303,9 @@ void StageWorker::run() {
       o.security = {a.self, a.coordinatorKey};
       o.job = a.jobId;
       o.stage = a.stage;
-      o.replica = static_cast<int>(std::find(pipelines.begin(), pipelines.end(), a.replica) - pipelines.begin());
-      o.replicas = static_cast<int>(pipelines.size());
+      o.replica = a.replica;
+      o.rank = static_cast<int>(std::find(pipelines.begin(), pipelines.end(), a.replica) - pipelines.begin());
+      o.size = static_cast<int>(pipelines.size());
       o.attempt = n.groupAttempt;
       o.privateAddress = a.privateAddress;
       o.device = a.device;
@@ -309,7 +313,7 @@ void StageWorker::run() {
       o.aborted = [this] { return aborted_.load(); };
       const auto start = Clock::now();
       auto group = std::make_unique<ReplicaGroup>(context_, o);
-      spdlog::info("job {} {}: met its {} copies over c10d {} on {} in {:.2f} s", a.jobId, name, o.replicas, group->backend(), a.privateAddress, secondsSince(start));
+      spdlog::info("job {} {}: met its {} copies over c10d {} on {} in {:.2f} s", a.jobId, name, o.size, group->backend(), a.privateAddress, secondsSince(start));
       if (heals) shareState(runner, *group, a.resumeStep, holdsState);
       holdsState = true;
       runner.setReplicaGroup(std::move(group));
@@ -331,6 +335,11 @@ void StageWorker::run() {
                      scheduler::toString(plan.schedule));
       }
       const StepStats stats = runner.runStep(static_cast<uint64_t>(step));
+      if (heals) {  // applied: what a stop keeps is now of this step
+        applied_ = step;
+        applying_ = false;
+        appliedExtras_ = runner.extras();
+      }
       if (stats.skipped && stats.lossScale > 0 && a.stage == 0 && a.replica == 0) {  // every stage skipped: one line
         spdlog::info("job {} {}: step {}: the gradients overflowed; every stage skips the step, and the loss scale "
                      "halves to {}", a.jobId, name, step + 1, describeScale(stats.lossScale));
@@ -422,9 +431,16 @@ void StageWorker::keepState(PipelineRunner* runner, bool holdsState) {
   const auto& a = assignment_;
   if (!a.keep) return;
   std::optional<StageSnapshot> state;
-  if (runner && holdsState && applied_ >= 0) {
+  if (runner && holdsState && !applying_ && applied_ >= 0) {
     try {
       state = runner->snapshot(a.jobId, applied_);  // the weights themselves, no copy: the runner goes now
+      // The rest as it was when that step was applied: a half-run step moved the RNG, the
+      // codecs' and decoders' state and the loss scale since.
+      for (auto& [name, tensor] : state->tensors.tensors) {
+        for (const auto& [kept, value] : appliedExtras_) {
+          if (kept == name) tensor = value;
+        }
+      }
     } catch (const std::exception& e) {
       spdlog::warn("job {} stage {} replica {}: its state could not be kept: {}", a.jobId, a.stage, a.replica, e.what());
     }

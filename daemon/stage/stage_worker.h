@@ -141,7 +141,11 @@ class StageWorker {
   std::atomic<int64_t> complete_{-1};  // keepCheckpoint's; the resumed-from one at first
   std::atomic<bool> finished_{false};
   int64_t committed_ = -1;  // guarded by mutex_: the newest step the coordinator committed
-  int64_t applied_ = -1;    // the worker thread's: the newest step whose update it applied
+  // The worker thread's, in a healing job: the newest step whose update it applied, the state
+  // beside the weights as of then (PipelineRunner::extras), and whether an update is going in.
+  int64_t applied_ = -1;
+  std::vector<std::pair<std::string, at::Tensor>> appliedExtras_;
+  bool applying_ = false;
   std::thread thread_;  // owns the stage, its optimizer, data and sockets
 };
 

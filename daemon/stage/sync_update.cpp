@@ -30,10 +30,12 @@ SyncUpdate::SyncUpdate(const StageContext& context, StepCounters& counters, stag
 bool SyncUpdate::runStep(uint64_t step, double& lossSum) {
   ops_(step, lossSum);
   const bool update = gradients_.finish(step, model_);
+  // Not compute: waiting for the checkpoint writer, or for a healing job's commit (a round
+  // trip to the coordinator), which the planner's calibration must not take for compute.
+  if (beforeUpdate_) beforeUpdate_();
   {
     Timed timed(counters_.computeSeconds);
     setLearningRate(optimizer_, context_, step);
-    if (beforeUpdate_) beforeUpdate_();
     if (update) optimizer_.step();
     if (update && afterUpdate_) afterUpdate_();
     zeroGradients(model_.parameters());

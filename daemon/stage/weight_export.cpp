@@ -106,8 +106,11 @@ std::string finalWeightsPath(const std::string& jobDir, int stage) {
 
 protocol::Json readExportChunk(const std::string& stateDir, const protocol::ExportRead& request, const Caller& caller) {
   jobKey(request.job);  // 16 hex digits, or it throws: the id becomes a path
-  const std::string jobDir = stateDir + "/jobs/" + request.job;
-  const std::string what = "job " + request.job + " stage " + std::to_string(request.stage);
+  // A copy after the first keeps its files apart (stage_host.cpp).
+  const std::string jobDir = stateDir + "/jobs/" + request.job +
+                             (request.replica > 0 ? "/replica-" + std::to_string(request.replica) : std::string());
+  const std::string what = "job " + request.job + " stage " + std::to_string(request.stage) +
+                           (request.replica > 0 ? " replica " + std::to_string(request.replica) : std::string());
   if (!fileSize(ownerPath(jobDir, request.stage))) throw Error(what + " was never hosted on this daemon");
   const auto record = protocol::Json::parse(readFile(ownerPath(jobDir, request.stage), 4096), nullptr, false);
   const std::string owner = record.is_object() ? record.value("owner", std::string()) : std::string();

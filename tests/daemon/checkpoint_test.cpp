@@ -111,10 +111,13 @@ TEST_CASE("a stopped copy's kept state goes to the next attempt once, of its ste
   SECTION("taken once, of the step it was kept after") {
     daemon::KeptState kept;
     kept.deposit(5, runner.snapshot(kJob, 5));
-    CHECK_FALSE(kept.take(6, std::chrono::seconds(1), never, missing));
-    CHECK_THAT(missing, Catch::Contains("after step 6, not 7"));
     CHECK(kept.take(5, std::chrono::seconds(1), never, missing));
     CHECK_FALSE(kept.take(5, std::chrono::seconds(1), never, missing));  // gone: taken
+    daemon::KeptState other;
+    other.deposit(5, runner.snapshot(kJob, 5));
+    CHECK_FALSE(other.take(6, std::chrono::seconds(1), never, missing));
+    CHECK_THAT(missing, Catch::Contains("after step 6, not 7"));
+    CHECK_FALSE(other.take(5, std::chrono::seconds(1), never, missing));  // freed: no attempt holds it
   }
   SECTION("the next attempt waits for the copy to stop") {
     daemon::KeptState kept;

@@ -22,7 +22,7 @@
 #          stay up: the data connection must be found dead in seconds, not after
 #          peer_timeout_s (run as root only: otherwise skipped)
 #   replica  a job with two copies of each stage (stage 1's second copy on a third daemon,
-#          C): kill -9 C mid-step and start it again a second later. The job heals in place:
+#          C): kill -9 C mid-step and start it again 5 s later. The job heals in place:
 #          pipeline 0 carries the whole batch from the last committed step (no restart, no
 #          step lost), and once C answers, pipeline 1 rejoins with the state of a healthy
 #          copy. The parameters are within the equivalence tolerance of the undisturbed run's
@@ -31,6 +31,9 @@
 #   replica-stop  the same job: SIGSTOP C for 6 s (a hung copy, found by the heartbeats; the
 #          other copy of its stage, blocked in the all-reduce, is freed by the abort), then
 #          SIGCONT: pipeline 1 rejoins as in the replica case
+#   replica-away  the same job: kill -9 B, which holds stage 1's first copy, and leave it down
+#          to the end: pipeline 1 carries the whole batch, and `skytrain export` reads the
+#          final weights from pipeline 1's copies
 #   replica-restart  the same with failure.heal false: every copy resumes from the
 #          checkpoint, bit-identical to the undisturbed replicated run
 #   resume cancel the job, then `skytrain resume` it from its last checkpoint
@@ -54,7 +57,7 @@ if [ -z "${SKYTRAIN_CHAOS_NETNS:-}" ] && [ "$(id -u)" = 0 ] && command -v ip > /
 fi
 daemon=$1 cli=$2 corpus=$3
 shift 3
-all_cases=(kill kill-ef kill-delayed kill-pred kill-tokens kill-scaled stop stop-coord coord orphan corrupt record record-lost disk partition replica replica-stop replica-restart resume)
+all_cases=(kill kill-ef kill-delayed kill-pred kill-tokens kill-scaled stop stop-coord coord orphan corrupt record record-lost disk partition replica replica-stop replica-away replica-restart resume)
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=("${all_cases[@]}")
 for c in "${cases[@]}"; do  # a misspelt case would otherwise run undisturbed and pass
@@ -115,7 +118,7 @@ if codecs == "tokens":
 if codecs == "scaled":
     s["optimizer"] = {"loss_scale": {"init": 2.0 ** 127, "growth_interval": 4}}
 if codecs in ("replica", "replica-restart"):
-    s["steps"] = 300  # time for pipeline 0 alone, then for the rejoin
+    s["steps"] = 400  # time for pipeline 0 alone, then for the rejoin
     s["stages"][0]["replicas"] = [{"daemon": a}]
     s["stages"][1]["replicas"] = [{"daemon": c}]
 if codecs == "replica-restart":
@@ -168,7 +171,7 @@ assert s["restarts"] == 0, f'{s["restarts"]} restarts'
 resumed_after = int(re.search(r"from step (\d+)", healed).group(1)) - 1  # the last step kept
 assert resumed_after >= at, f"resumed after step {resumed_after}, but {at} were done at the fault: steps lost"
 steps = [r["step"] for r in s["steps"]]
-assert steps == list(range(1, 301)), f"step rows missing or repeated: {[x for i, x in enumerate(steps) if x != i + 1][:10]} ({len(steps)} rows)"
+assert steps == list(range(1, 401)), f"step rows missing or repeated: {[x for i, x in enumerate(steps) if x != i + 1][:10]} ({len(steps)} rows)"
 assert any(r["micro_batches"] == 4 for r in s["steps"]), "no step ran the whole batch on one pipeline"
 print(f"healed: {healed}; {rejoined['message']}, {rejoined['time'] - back:.2f} s after its daemon was back; "
       f"steps lost 0 (fault after step {at}, kept {resumed_after})")
@@ -225,7 +228,7 @@ echo "|---|---|---|---|---|"
 for c in "${cases[@]}"; do
   codecs=none; [ "$c" = kill-ef ] && codecs=ef; [ "$c" = kill-delayed ] && codecs=delayed; [ "$c" = kill-pred ] && codecs=pred
   [ "$c" = kill-tokens ] && codecs=tokens; [ "$c" = kill-scaled ] && codecs=scaled; [ "$c" = replica ] && codecs=replica
-  [ "$c" = replica-stop ] && codecs=replica
+  [ "$c" = replica-stop ] && codecs=replica; [ "$c" = replica-away ] && codecs=replica
   variant=$codecs; [ "$c" = replica-restart ] && codecs=replica variant=replica-restart
   job=$("$cli" submit --detach "$(spec "$c" "$variant")" | awk '{print $3}')
   follower=
@@ -292,11 +295,13 @@ for c in "${cases[@]}"; do
       pid_b=$(restart "$work/b") ;;
     replica|replica-restart)
       kill -9 "$pid_c"; wait "$pid_c" 2>/dev/null || true
-      sleep 2  # healing: pipeline 0 trains alone meanwhile
+      sleep 5  # healed by then (found in 3 s at most, then a 1 s ping): pipeline 0 trains alone
       restarted=$(now)
       pid_c=$(restart "$work/c") ;;
     replica-stop)
       kill -STOP "$pid_c"; sleep 6; restarted=$(now); kill -CONT "$pid_c" ;;
+    replica-away)
+      kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true ;;  # back after the job's end
     partition)
       nft add table inet chaos
       nft add chain inet chaos input '{ type filter hook input priority 0; }'
@@ -353,6 +358,31 @@ PY
   fi
   if [ "$c" = replica ] || [ "$c" = replica-stop ]; then
     replica_healed "${reference[$codecs]}" "$job" "$at" "$restarted"
+  elif [ "$c" = replica-away ]; then
+    story=$(status "$job")
+    grep -q "pipeline 0 left, pipeline 1 carries the whole batch" <<< "$story" || fail "pipeline 1 did not carry the job"
+    grep -q "rejoins" <<< "$story" && fail "a pipeline rejoined with its daemon down"
+    # export reads pipeline 1's copies: A's second copy of stage 0, C's of stage 1.
+    "$cli" export "$job" -o "$work/away.safetensors" >&2 || fail "export of a job that pipeline 0 left"
+    pid_b=$(restart "$work/b")  # the reference's weights are on B too
+    for _ in $(seq 100); do "$cli" export "${reference[$codecs]}" -o "$work/ref.safetensors" > /dev/null 2>&1 && break; sleep 0.1; done
+    [ -s "$work/ref.safetensors" ] || fail "export of the reference"
+    "${SKYTRAIN_PYTHON:-/usr/bin/python3}" - "$work/away.safetensors" "$work/ref.safetensors" <<'PY' >&2 || fail "the exported weights are not the healed job's"
+import json, struct, sys
+import numpy as np
+def read(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    return {k: np.frombuffer(body[v["data_offsets"][0]:v["data_offsets"][1]], dtype=np.float32)
+            for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32"}
+away, ref = read(sys.argv[1]), read(sys.argv[2])
+assert away.keys() == ref.keys(), "the exports hold other tensors"
+worst = max(float(np.abs(away[k] - ref[k]).max()) for k in ref)
+print(f"export after pipeline 0 left: {len(away)} tensors from pipeline 1's copies, within {worst:.2e} of the undisturbed run's")
+sys.exit(0 if worst < 1e-3 else 1)
+PY
   else
     same_weights "${reference[$codecs]}" "$job" >&2
   fi
