@@ -228,3 +228,29 @@ TEST_CASE("a finished job's series leave /metrics after the retention; it still 
   CHECK(seriesOf(86400) == std::set<std::string>{recent.id, running.id});
   CHECK(seriesOf(0) == std::set<std::string>{old.id, recent.id, running.id});  // 0: kept forever
 }
+
+TEST_CASE("a healed job's record names the copies that hold its final weights, and export is sent there",
+          "[records]") {
+  JobRecord r = sample();
+  nlohmann::json spec = testing::validSpec();
+  spec["stages"][0]["replicas"] = {{{"daemon", "tcp://10.0.0.2:7100"}}};
+  spec["stages"][1]["replicas"] = {{{"daemon", "tcp://10.0.0.3:7100"}}};
+  r.specText = spec.dump();
+  r.spec = protocol::parseJobSpec(r.specText);
+  r.stageKeys = {"k0", "k1", "k2", "k3"};  // slots: stage 0 and 1 of pipeline 0, then of pipeline 1
+  CHECK_FALSE(r.status(0)["stage_daemons"][0].contains("replica"));  // pipeline 0's, by default
+
+  r.weightsPipeline = 1;  // pipeline 0 left and did not come back
+  const JobRecord back = JobRecord::fromDocument(r.document());
+  CHECK(back.weightsPipeline == 1);
+  const auto daemons = back.status(0)["stage_daemons"];
+  CHECK(daemons[0] == nlohmann::json{{"endpoint", "tcp://10.0.0.2:7100"}, {"key", "k2"}, {"replica", 1}});
+  CHECK(daemons[1] == nlohmann::json{{"endpoint", "tcp://10.0.0.3:7100"}, {"key", "k3"}, {"replica", 1}});
+
+  // A record that names a pipeline the job does not have reads as pipeline 0's.
+  auto crafted = r.document();
+  crafted["weights_pipeline"] = 7;
+  CHECK(JobRecord::fromDocument(crafted).weightsPipeline == 0);
+  crafted["weights_pipeline"] = -1;
+  CHECK(JobRecord::fromDocument(crafted).weightsPipeline == 0);
+}
