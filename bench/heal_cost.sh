@@ -9,15 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-200}
 rounds=${2:-3}
-work=$(mktemp -d)
 source deploy/local-daemons.sh
-cleanup() { stop_daemons; rm -rf "$work"; }
-trap cleanup EXIT
-corpus=$PWD/build/data/web.txt
-deploy/get-corpus.sh "$corpus" > /dev/null
+bench_workspace
 data_root=$PWD/build/data
-make_keys "$work/keys" build/client/skytrain 3
-daemon_config_extra=', "private_address": "127.0.0.1"'
+make_keys "$work/keys" "$cli" 3
+daemon_config_extra=', "private_address": "127.0.0.1"'  # the copies' Gloo links
 start_daemon A build/daemon/skytraind "$work/a"
 start_daemon B build/daemon/skytraind "$work/b"
 start_daemon C build/daemon/skytraind "$work/c"
@@ -36,9 +32,9 @@ s = {"name": "heal-cost", "seed": 7, "steps": int(steps), "batch_size": 8, "micr
                 {"daemon": b, "layers": [1, 2], "replicas": [{"daemon": c}]}]}
 json.dump(s, open(out, "w"))
 PY
-  id=$(build/client/skytrain submit --detach "$spec" | awk '{print $3}')
-  while ! build/client/skytrain status "$id" | grep -qE ": (succeeded|failed|cancelled)"; do sleep 0.5; done
-  build/client/skytrain status --json "$id" > "$work/$1-$2.json"
+  id=$("$cli" submit --detach "$spec" | awk '{print $3}')
+  while ! "$cli" status "$id" | grep -qE ": (succeeded|failed|cancelled)"; do sleep 0.5; done
+  "$cli" status --json "$id" > "$work/$1-$2.json"
 }
 
 for round in $(seq "$rounds"); do

@@ -10,6 +10,7 @@
 
 #include "daemon/coordinator/heartbeat.h"
 #include "daemon/coordinator/planning.h"
+#include "daemon/coordinator/rejoin_watch.h"
 #include "daemon/ops/logging.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/failures.h"
@@ -47,10 +48,6 @@ Coordinator::Coordinator(zmq::context_t& context, JobTable& table, std::string j
 Coordinator::~Coordinator() {
   stop();
   if (thread_.joinable()) thread_.join();
-}
-
-protocol::ControlClient Coordinator::clientFor(int slot) {
-  return protocol::ControlClient(context_, protocol::placementOf(spec_, slot).daemon, {options_.self, options_.stageKeys[slot]});
 }
 
 std::unique_ptr<protocol::ControlClient> Coordinator::makeClient(int slot) {
@@ -96,7 +93,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       prepare.resumeFrom = joins ? "peer" : resumeFrom_;
       prepare.pipelines = pipelines_;
       const auto reply =
-          protocol::parsePrepareReply(clientFor(i).request(protocol::toJson(prepare), kStageRequestTimeout));
+          protocol::parsePrepareReply(makeClient(i)->request(protocol::toJson(prepare), kStageRequestTimeout));
       data[i] = reply.dataEndpoint;
       outputs[i] = reply.outputShape;
       admissions_.resize(slots());
@@ -128,7 +125,7 @@ void Coordinator::prepareAndStart(int attempt, int64_t fromStep) {
       if (i > 0) start.previous = data[at(i - 1)], start.previousKey = options_.stageKeys[at(i - 1)];
       if (i + 1 < stages) start.next = data[at(i + 1)], start.nextKey = options_.stageKeys[at(i + 1)];
     }
-    clientFor(slot).request(protocol::toJson(start), kStageRequestTimeout);
+    makeClient(slot)->request(protocol::toJson(start), kStageRequestTimeout);
   }
 }
 
@@ -151,7 +148,7 @@ std::vector<int64_t> Coordinator::inferInputShape(const std::vector<std::vector<
 
 void Coordinator::sendToStages(const nlohmann::json& message, std::chrono::milliseconds timeout) {
   for (int i = 0; i < slots(); ++i) {
-    if (isActive(i)) clientFor(i).request(addressed(message, i), timeout);
+    if (isActive(i)) makeClient(i)->request(addressed(message, i), timeout);
   }
 }
 
@@ -180,15 +177,19 @@ std::vector<int> Coordinator::activePipelines() const {
   return all;
 }
 
-void Coordinator::postToSlots(const nlohmann::json& message) {
+protocol::ControlClient& Coordinator::slotClient(int slot) {
   slotClients_.resize(slots());
+  if (!slotClients_[slot]) slotClients_[slot] = makeClient(slot);
+  return *slotClients_[slot];
+}
+
+void Coordinator::postToSlots(const nlohmann::json& message) {
   for (int i = 0; i < slots(); ++i) {
     if (!isActive(i)) continue;
     try {
-      auto& client = slotClients_[i];
-      if (!client) client = makeClient(i);
-      client->post(addressed(message, i));
-      while (client->tryReceive()) {
+      auto& client = slotClient(i);
+      client.post(addressed(message, i));
+      while (client.tryReceive()) {
       }
     } catch (const std::exception& e) {
       spdlog::warn("job {}: {} to {}: {}", jobId_, message.value("type", "?"), protocol::describeSlot(spec_, i), e.what());
@@ -197,13 +198,10 @@ void Coordinator::postToSlots(const nlohmann::json& message) {
 }
 
 void Coordinator::abortStages(const std::set<std::string>& skip) {
-  slotClients_.resize(slots());
   for (int i = 0; i < slots(); ++i) {
     if (!isActive(i) || skip.count(protocol::placementOf(spec_, i).daemon)) continue;  // the others stopped when they left
     try {
-      auto& client = slotClients_[i];
-      if (!client) client = makeClient(i);
-      client->request(addressed({{"type", protocol::kStageAbort}}, i), std::chrono::milliseconds(2000));
+      slotClient(i).request(addressed({{"type", protocol::kStageAbort}}, i), std::chrono::milliseconds(2000));
     } catch (const std::exception& e) {
       spdlog::warn("job {}: could not abort {}: {}", jobId_, protocol::describeSlot(spec_, i), e.what());
     }
@@ -216,7 +214,7 @@ std::vector<int> Coordinator::wholePipelines(std::set<std::string>& silent) {
     const std::string& daemon = protocol::placementOf(spec_, slot).daemon;
     if (!answers.count(daemon)) {
       try {
-        clientFor(slot).request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
+        makeClient(slot)->request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
         answers[daemon] = true;
       } catch (const std::exception&) {
         answers[daemon] = false;
@@ -427,7 +425,7 @@ bool Coordinator::waitForStages() {
     for (int i = 0; i < slots() && all; ++i) {
       if (!isActive(i)) continue;  // a healing job's pipeline that left rejoins when it answers
       try {
-        clientFor(i).request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
+        makeClient(i)->request({{"type", protocol::kPing}}, std::chrono::milliseconds(1000));
       } catch (const std::exception&) {
         all = false;
       }
@@ -478,18 +476,13 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
   auto targetOf = [&](int slot) {
     return static_cast<int>(std::find(watched.begin(), watched.end(), slot) - watched.begin());
   };
-  // A healing job's pipelines that do not train: pinged every heartbeat interval, and once
-  // every daemon of one answers, it rejoins at the next commit.
-  std::vector<int> away;
+  // A healing job's pipelines that do not train: once every daemon of one answers, it
+  // rejoins at the next commit.
+  std::vector<int> awaySlots;
   for (int i = 0; i < slots(); ++i) {
-    if (!isActive(i)) away.push_back(i);
+    if (!isActive(i)) awaySlots.push_back(i);
   }
-  std::map<int, std::unique_ptr<protocol::ControlClient>> pingers;
-  std::map<int, std::chrono::steady_clock::time_point> answered, asked;
-  auto nextPing = std::chrono::steady_clock::now();
-  const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(spec_.failure.heartbeatS));
-  uint64_t pingId = 1;
+  RejoinWatch away(std::move(awaySlots), spec_.failure.heartbeatS, [this](int slot) { return makeClient(slot); });
   spdlog::info("job {}: attempt {} running on {} stages{}", jobId_, attempt, spec_.stages.size(),
                !resumed          ? std::string()
                : resumeFrom_.empty() ? " from the checkpoint of step " + std::to_string(fromStep + 1)
@@ -542,36 +535,11 @@ Coordinator::Outcome Coordinator::runAttempt(int attempt, int64_t fromStep, std:
       }
     }
     if (!away.empty()) {
-      const auto turn = std::chrono::steady_clock::now();
-      for (int slot : away) {
-        try {
-          // One ping at a time: a daemon that stays down must not fill the socket's queue (a
-          // blocked send would stop the commits); one unanswered for three intervals is
-          // dropped with its connection.
-          auto& pinger = pingers[slot];
-          if (pinger) {
-            while (auto reply = pinger->tryReceive()) {
-              if (reply->value("ok", false)) answered[slot] = turn;
-              asked.erase(slot);
-            }
-          }
-          if (turn < nextPing) continue;
-          if (asked.count(slot) && turn - asked[slot] > 3 * interval) pinger.reset(), asked.erase(slot);
-          if (asked.count(slot)) continue;
-          if (!pinger) pinger = makeClient(slot);
-          pinger->post({{"type", protocol::kPing}, {"id", pingId++}});
-          asked[slot] = turn;
-        } catch (const std::exception&) {
-        }
-      }
-      if (turn >= nextPing) nextPing = turn + interval;
+      away.poll();
       rejoining_.clear();
       for (int r = 0; r < protocol::replicaCount(spec_); ++r) {
         bool back = !isActive(protocol::slotOf(spec_, 0, r));
-        for (int i = 0; i < static_cast<int>(spec_.stages.size()) && back; ++i) {
-          const auto it = answered.find(protocol::slotOf(spec_, i, r));
-          back = it != answered.end() && turn - it->second < 3 * interval;
-        }
+        for (int i = 0; i < static_cast<int>(spec_.stages.size()) && back; ++i) back = away.answering(protocol::slotOf(spec_, i, r));
         if (back) rejoining_.push_back(r);
       }
       if (!fits(activePipelines().size() + rejoining_.size())) rejoining_.clear();  // until more are back

@@ -74,6 +74,7 @@ class Coordinator {
   bool fits(size_t pipelines) const;
   std::vector<int> activePipelines() const;
   void postToSlots(const nlohmann::json& message);
+  protocol::ControlClient& slotClient(int slot);  // postToSlots' connection to a slot, kept
   // The active pipelines whose slots' daemons all answer a ping now; adds the daemons that
   // do not to `silent`.
   std::vector<int> wholePipelines(std::set<std::string>& silent);
@@ -82,8 +83,7 @@ class Coordinator {
   // Outcome::Rejoin: the next attempt adds rejoining_ to the pipelines that train.
   void beginRejoin(int attempt);
   // A control client to the daemon of a slot (a stage's copy, job_spec.h), authenticated by its key.
-  protocol::ControlClient clientFor(int slot);
-  std::unique_ptr<protocol::ControlClient> makeClient(int slot);  // the same, kept
+  std::unique_ptr<protocol::ControlClient> makeClient(int slot);
   int slots() const;
   // A stage request addressed to a slot's stage and replica of this job.
   nlohmann::json addressed(nlohmann::json message, int slot) const;

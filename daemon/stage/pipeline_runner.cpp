@@ -236,10 +236,11 @@ void PipelineRunner::gatherShards() {
   for (int owner = 0; owner < static_cast<int>(shards_.size()); ++owner) group->broadcast(shards_[owner], owner);
 }
 
-StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step) const {
+StageSnapshot PipelineRunner::snapshot(const std::string& jobId, int64_t step,
+                                       const std::vector<std::pair<std::string, at::Tensor>>* extras) const {
   // The synchronous update writes the weights and moments only in its optimizer step, which
   // waits for the writer (setUpdateFence); the delayed one moves the weights in its forwards.
-  return state_->snapshot(jobId, step, plan_, /*borrow=*/!delayed_);
+  return state_->snapshot(jobId, step, plan_, /*borrow=*/!delayed_, extras);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> PipelineRunner::extras() const { return state_->extras(); }

@@ -99,7 +99,9 @@ class PipelineRunner {
   const RunPlan& plan() const { return plan_; }
   int microBatches() const;
 
-  StageSnapshot snapshot(const std::string& jobId, int64_t step) const;
+  // `extras`: StageState::snapshot's (kept from an earlier step boundary; null: now's).
+  StageSnapshot snapshot(const std::string& jobId, int64_t step,
+                         const std::vector<std::pair<std::string, at::Tensor>>* extras = nullptr) const;
   // StageState::extras: what a snapshot holds beside the weights and AdamW's state, copied.
   std::vector<std::pair<std::string, at::Tensor>> extras() const;
   // Called before every optimizer step: the checkpoint writer's awaitReleased, so a

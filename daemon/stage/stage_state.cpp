@@ -62,7 +62,8 @@ std::vector<std::pair<std::string, at::Tensor>> StageState::extras() const {
   return out;
 }
 
-StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const RunPlan& plan, bool borrow) const {
+StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const RunPlan& plan, bool borrow,
+                                   const std::vector<std::pair<std::string, at::Tensor>>* extras) const {
   StageSnapshot s;
   s.borrowed = borrow;
   auto& tensors = s.tensors.tensors;
@@ -78,7 +79,11 @@ StageSnapshot StageState::snapshot(const std::string& jobId, int64_t step, const
     tensors.emplace_back("adamw/" + name + "/exp_avg", held(adam.exp_avg()));
     tensors.emplace_back("adamw/" + name + "/exp_avg_sq", held(adam.exp_avg_sq()));
   }
-  addExtras(tensors);
+  if (extras) {
+    tensors.insert(tensors.end(), extras->begin(), extras->end());
+  } else {
+    addExtras(tensors);
+  }
   const auto& spec = context_.spec;
   s.meta = {{"format", kCheckpointFormat},
             {"job", jobId},

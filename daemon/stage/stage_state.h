@@ -36,7 +36,10 @@ class StageState {
 
   // `borrow`: the parameters and AdamW moments go in as the stage's own tensors, not copies
   // (StageSnapshot::borrowed); only where nothing but the optimizer step writes them.
-  StageSnapshot snapshot(const std::string& jobId, int64_t step, const RunPlan& plan, bool borrow) const;
+  // `extras`: what to hold beside the weights and AdamW's state instead of their state now
+  // (extras(), kept from an earlier step boundary).
+  StageSnapshot snapshot(const std::string& jobId, int64_t step, const RunPlan& plan, bool borrow,
+                         const std::vector<std::pair<std::string, at::Tensor>>* extras = nullptr) const;
   // A copy of the state beside the weights and AdamW's (codec and decoder state, the RNG, the
   // loss scale), which a step's forwards and backwards move before it is applied: a healing
   // job's worker keeps this as of its last applied step (stage_worker.cpp).
