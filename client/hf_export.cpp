@@ -105,6 +105,9 @@ uint64_t parseByteSize(const std::string& text) {
 
 HfExport writeHfDirectory(const protocol::ModelSpec& model, const std::string& merged, const std::string& dir,
                           uint64_t shardBytes) {
+  if (model.subspace.enabled()) {
+    throw Error("a subspace model (model.subspace) has no Hugging Face layout: export it as safetensors");
+  }
   if (!protocol::hasHfLayout(model)) {
     throw Error("model.kind \"" + model.kind + "\" has no Hugging Face layout (llama, gpt2 and the bert layout have): export it as safetensors");
   }

@@ -20,7 +20,8 @@ struct HfName {
 };
 
 // Whether the model has a Hugging Face layout: llama, gpt2, and the encoder and classifier
-// in the bert layout.
+// in the bert layout. A subspace model reads one (a pretrained model converted into its
+// form) but cannot be written as one.
 bool hasHfLayout(const ModelSpec& model);
 
 // The names a skytrain parameter may have in a checkpoint, preferred first (GPT-2's files

@@ -267,8 +267,8 @@ JobSpec parseJobSpec(const std::string& text) {
   for (size_t i = 0; i < spec.stages.size() && spec.model.subspace.enabled(); ++i) {
     if (!spec.stages[i].initFrom.empty()) {
       throw SpecError("$.stages[" + std::to_string(i) + "].init_from",
-                      "cannot be combined with model.subspace: bringing a pretrained model into the subspace form "
-                      "is not built yet");
+                      "cannot be combined with model.subspace: converting a pretrained model reads every "
+                      "block's output projections on every stage; give the whole model as model.init_from");
     }
   }
   if (spec.model.kind == "translation" && spec.stages.size() != 2) {

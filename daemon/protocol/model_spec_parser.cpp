@@ -41,10 +41,6 @@ SubspaceSpec parseSubspace(ObjectReader r, const ModelSpec& m, const ObjectReade
   };
   if (m.splitPoint.block >= 0) refuse("split_point", "both decide what crosses a cut");
   if (m.adapter > 0) refuse("adapter", "an adapter's output would leave the subspace");
-  if (m.tieEmbeddings) refuse("tie_embeddings", "the head reads the full hidden state; set it to false");
-  if (!m.initFrom.empty()) {
-    refuse("init_from", "bringing a pretrained model into the subspace form is not built yet");
-  }
   return s;
 }
 

@@ -17,8 +17,10 @@ Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch]
   must stay) choose its rows; A_STRATEGIES (default all, comma-separated) the strategies of
   each: none (none/none), article (fp16+svd:0.6 / int8), auto (auto/auto: the planner
   chooses the codecs from the default lossless-quality list), pred (q13+pred / q13+rot: 8x
-  fewer bytes both ways, 2 stages only), and the same under the
-  one-step-delayed update: none-delayed, auto-delayed. A_SWEEP="2 4 8" also runs the single
+  fewer bytes both ways, 2 stages only), q13 (q13 / q13+rot, any cut), subspace (a subspace
+  model, model.subspace rank SUBSPACE_RANK, default 2 of d_model 64: 32x fewer numbers at
+  every cut, uncompressed) and subspace-q13 (the same with q13 on its coefficients), and the
+  same under the one-step-delayed update: none-delayed, auto-delayed. A_SWEEP="2 4 8" also runs the single
   cloud (synchronous, none) at each of these m and takes the fastest as the baseline of the
   ratio column.
 """
@@ -64,12 +66,13 @@ def relay_cpu_seconds():
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def run_job(stages, forward="none", backward="none", micro_batches="auto", schedule="auto", seed=7, update="sync"):
-    """Runs one job on the testbed that is up; returns its status."""
+def run_job(stages, forward="none", backward="none", micro_batches="auto", schedule="auto", seed=7, update="sync",
+            model=None):
+    """Runs one job on the testbed that is up (`model`: fields over MODEL's); returns its status."""
     spec = {
         "name": "bench", "seed": seed, "steps": STEPS, "batch_size": BATCH,
         "micro_batches": micro_batches, "schedule": schedule, "update": update,
-        "model": dict(MODEL, layers=stages),
+        "model": dict(MODEL, layers=stages, **(model or {})),
         "data": {"files": [CORPUS]}, "eval": {"samples": 64},
         # The default recipe (README "Training recipe"): warm-up, cosine decay, clipping.
         "optimizer": {"lr": 0.002, "schedule": "cosine", "warmup_steps": max(1, STEPS // 10),
@@ -135,13 +138,17 @@ def link_limit(r, stages, rate_mbit, delay_s, delayed=False):
     return per_direction / (rate_mbit * 1e6 / 8) + (0 if delayed else 2 * (stages - 1) * delay_s)
 
 
-STRATEGIES_A = {  # name: (label, forward, backward, update)
-    "none": ("none", "none", "none", "sync"),
-    "article": (f"{ARTICLE_FWD} / int8", ARTICLE_FWD, "int8", "sync"),
-    "auto": ("auto / auto", "auto", "auto", "sync"),
-    "pred": ("q13+pred / q13+rot", "q13+pred", "q13+rot", "sync"),
-    "none-delayed": ("none, delayed update", "none", "none", "delayed"),
-    "auto-delayed": ("auto / auto, delayed update", "auto", "auto", "delayed"),
+SUBSPACE = {"subspace": {"rank": int(os.environ.get("SUBSPACE_RANK", "2"))}}
+STRATEGIES_A = {  # name: (label, forward, backward, update, model fields)
+    "none": ("none", "none", "none", "sync", None),
+    "article": (f"{ARTICLE_FWD} / int8", ARTICLE_FWD, "int8", "sync", None),
+    "auto": ("auto / auto", "auto", "auto", "sync", None),
+    "pred": ("q13+pred / q13+rot", "q13+pred", "q13+rot", "sync", None),
+    "q13": ("q13 / q13+rot", "q13", "q13+rot", "sync", None),
+    "subspace": (f"subspace k = {SUBSPACE['subspace']['rank']}, none / none", "none", "none", "sync", SUBSPACE),
+    "subspace-q13": (f"subspace k = {SUBSPACE['subspace']['rank']}, q13 / q13", "q13", "q13", "sync", SUBSPACE),
+    "none-delayed": ("none, delayed update", "none", "none", "delayed", None),
+    "auto-delayed": ("auto / auto, delayed update", "auto", "auto", "delayed", None),
 }
 
 
@@ -159,7 +166,8 @@ def throughput_tables():
             chosen = [n for n in chosen if n != "pred" or stages == 2]  # +pred: a 2-stage job's forward link
 
             def measure():
-                out = {STRATEGIES_A[n][0]: run_job(stages, *STRATEGIES_A[n][1:3], update=STRATEGIES_A[n][3])
+                out = {STRATEGIES_A[n][0]: run_job(stages, *STRATEGIES_A[n][1:3], update=STRATEGIES_A[n][3],
+                                                   model=STRATEGIES_A[n][4])
                        for n in chosen}
                 if rate == "inf" and os.environ.get("A_SWEEP"):
                     # The single cloud at its best: synchronous, uncompressed, the fastest m of a

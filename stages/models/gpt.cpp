@@ -38,6 +38,23 @@ std::vector<std::string> adoptFactors(detail::GptSlice& slice, const std::functi
   return set;
 }
 
+// A pretrained GPT's tensors into a subspace slice (detail::adoptPretrained).
+std::vector<std::string> adoptSubspace(detail::SubspaceSlice& slice, const GptConfig& c, int firstLayer,
+                                       const std::function<at::Tensor(const std::string&)>& find) {
+  std::vector<std::string> writers;
+  for (int i = 0; i < c.layers; ++i) {
+    writers.push_back("block" + std::to_string(i) + ".attn.proj");
+    writers.push_back("block" + std::to_string(i) + ".proj");
+  }
+  std::vector<std::pair<std::string, torch::nn::Linear>> own;
+  for (size_t i = 0; i < slice.blocks.size(); ++i) {
+    const std::string block = "block" + std::to_string(firstLayer + static_cast<int>(i));
+    own.emplace_back(block + ".attn.proj", slice.blocks[i]->attn->proj);
+    own.emplace_back(block + ".proj", slice.blocks[i]->proj);
+  }
+  return detail::adoptPretrained(*slice.frame, find, writers, own, slice.tok, slice.pos, slice.head, slice.tied);
+}
+
 }  // namespace
 
 std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int lastLayer, uint64_t seed,
@@ -49,6 +66,9 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
     ModuleHooks hooks = ModuleStage::hooksOf(slice);
     hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->setTokens(ids); };
+    hooks.adopt = [slice, config, firstLayer](const std::function<at::Tensor(const std::string&)>& find) {
+      return adoptSubspace(*slice, config, firstLayer, find);
+    };
     hooks.loss = std::move(loss);
     return std::make_unique<ModuleStage>(std::move(hooks));
   }
@@ -92,7 +112,9 @@ int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
     const int64_t block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * k + k) + (d * ff + ff) + (ff * k + k);
     int64_t count = block * (lastLayer - firstLayer) + subspaceFrameCount(c.vocabSize, d, k, t);
     if (firstLayer == 0) count += int64_t{c.vocabSize} * k + t * k;
-    if (lastLayer == c.layers) count += 2 * d + d * c.vocabSize;
+    // Tied: the head is the k-wide embedding, the first stage's own or a copy.
+    const int64_t head = c.tieEmbeddings ? (firstLayer == 0 ? 0 : int64_t{c.vocabSize} * k) : d * c.vocabSize;
+    if (lastLayer == c.layers) count += 2 * d + head;
     return count;
   }
   int64_t block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * ff + ff) + (ff * d + d);

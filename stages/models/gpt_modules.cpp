@@ -271,10 +271,10 @@ void validate(const GptConfig& c, int first, int last) {
     throw Error("gpt: subspace rank " + std::to_string(c.subspaceRank) + " is not in [1, d_model " +
                 std::to_string(c.dModel) + "]");
   }
-  if (c.subspaceRank > 0 && (c.split.enabled() || c.adapter > 0 || c.crossAttention || c.tieEmbeddings ||
-                             c.outputs > 0 || !c.head || !c.causal)) {
-    throw Error("gpt: a subspace model is a causal decoder with a vocabulary head, without split point, adapters, "
-                "cross-attention or tied embeddings");
+  if (c.subspaceRank > 0 && (c.split.enabled() || c.adapter > 0 || c.crossAttention || c.outputs > 0 || !c.head ||
+                             !c.causal)) {
+    throw Error("gpt: a subspace model is a causal decoder with a vocabulary head, without split point, adapters "
+                "or cross-attention");
   }
   if (c.split.enabled()) {
     const int maxRank = std::min(c.dModel, c.dFf);

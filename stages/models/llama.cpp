@@ -131,7 +131,9 @@ struct Slice : nn::Module {
     if (last == c.layers) {
       norm = register_module("norm", std::make_shared<RmsNorm>(c.dModel, c.normEps));
       // Tied and holding the embedding: the head is the embedding's own matrix.
-      if (!(c.tieEmbeddings && tok)) head = register_module("head", bare(c.dModel, c.vocabSize));
+      // A subspace model's tied copy is the k-wide embedding (SubspaceFrame::tiedLogits).
+      if (!(c.tieEmbeddings && tok)) head = register_module("head", bare(c.tieEmbeddings && rank > 0 ? rank : c.dModel, c.vocabSize));
+      tied = c.tieEmbeddings;
     }
   }
   torch::Tensor forward(const torch::Tensor& input) {
@@ -176,7 +178,8 @@ struct Slice : nn::Module {
                                : detail::subspaceBlock(recomputable[i], c, fixed, /*replayRng=*/false);
     }
     if (!norm) return c;
-    return linear(*head, norm->forward(frame->lift(fixed, c)));
+    const torch::Tensor h = norm->forward(frame->lift(fixed, c));
+    return tied ? frame->tiedLogits(h, head ? head->weight : tok->weight) : linear(*head, h);
   }
   int64_t rank = 0;
   std::shared_ptr<detail::SubspaceFrame> frame;
@@ -187,6 +190,7 @@ struct Slice : nn::Module {
   std::vector<BlockFunction> recomputable;  // recompute: each block's forward
   std::shared_ptr<RmsNorm> norm;
   nn::Linear head{nullptr};
+  bool tied = false;
 };
 
 void initialise(Slice& slice, const LlamaConfig& c, uint64_t seed) {
@@ -228,7 +232,6 @@ void validateLlama(const LlamaConfig& c, int first, int last) {
     throw Error("llama: subspace rank " + std::to_string(c.subspaceRank) + " is not in [1, d_model " +
                 std::to_string(c.dModel) + "]");
   }
-  if (c.subspaceRank > 0 && c.tieEmbeddings) throw Error("llama: a subspace model has no tied embeddings");
 }
 
 std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer, int lastLayer, uint64_t seed) {
@@ -238,7 +241,24 @@ std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer,
   initialise(*slice, config, seed);
   ModuleHooks hooks = ModuleStage::hooksOf(slice);
   hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
-  if (slice->frame) hooks.setTokens = [slice](const at::Tensor& ids) { slice->tokens = ids; };
+  if (slice->frame) {
+    hooks.setTokens = [slice](const at::Tensor& ids) { slice->tokens = ids; };
+    // A pretrained LLaMA into the subspace form (detail::adoptPretrained): o and down write.
+    hooks.adopt = [slice, config, firstLayer](const std::function<at::Tensor(const std::string&)>& find) {
+      std::vector<std::string> writers;
+      for (int i = 0; i < config.layers; ++i) {
+        writers.push_back("block" + std::to_string(i) + ".attn.o");
+        writers.push_back("block" + std::to_string(i) + ".mlp.down");
+      }
+      std::vector<std::pair<std::string, nn::Linear>> own;
+      for (size_t i = 0; i < slice->blocks.size(); ++i) {
+        const std::string block = "block" + std::to_string(firstLayer + static_cast<int>(i));
+        own.emplace_back(block + ".attn.o", slice->blocks[i]->attn->o);
+        own.emplace_back(block + ".mlp.down", slice->blocks[i]->mlp->down);
+      }
+      return detail::adoptPretrained(*slice->frame, find, writers, own, slice->tok, torch::Tensor(), slice->head, slice->tied);
+    };
+  }
   return std::make_unique<ModuleStage>(std::move(hooks));
 }
 
@@ -266,7 +286,9 @@ int64_t llamaParameterCount(const LlamaConfig& c, int firstLayer, int lastLayer)
                           int64_t{c.dFf} * k;
     int64_t count = block * (lastLayer - firstLayer) + subspaceFrameCount(c.vocabSize, d, k, 0);
     if (firstLayer == 0) count += int64_t{c.vocabSize} * k;
-    if (lastLayer == c.layers) count += d + int64_t{c.vocabSize} * d;
+    // Tied: the head is the k-wide embedding, the first stage's own or a copy.
+    const int64_t head = c.tieEmbeddings ? (firstLayer == 0 ? 0 : int64_t{c.vocabSize} * k) : int64_t{c.vocabSize} * d;
+    if (lastLayer == c.layers) count += d + head;
     return count;
   }
   const int64_t block = 2 * d + d * c.heads * hd * 2 + 2 * d * c.kvHeads * hd + 3 * d * int64_t{c.dFf};

@@ -1,5 +1,6 @@
 #include "stages/models/subspace_modules.h"
 
+#include <algorithm>
 #include <string>
 
 #include "scheduler/error.h"
@@ -24,8 +25,103 @@ torch::Tensor SubspaceFrame::fixed(const torch::Tensor& ids) const {
   return positions.defined() ? rows + positions.slice(0, 0, ids.size(1)) : rows;
 }
 
+torch::Tensor SubspaceFrame::tiedLogits(const torch::Tensor& h, const torch::Tensor& embedding) const {
+  return torch::linear(h, tokens) + torch::linear(torch::matmul(h, basis), embedding);
+}
+
 torch::Tensor SubspaceFrame::lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const {
   return fixed + torch::matmul(coefficients, basis.t());
+}
+
+namespace {
+
+// The file's tensor `name`, [rows, columns] (-1: any), in float64, or an error naming it.
+torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t rows, int64_t columns, const char* what) {
+  const torch::Tensor t = find(name);
+  if (!t.defined()) {
+    throw Error(name + ": not in the file; converting a pretrained model into the subspace form reads " + what);
+  }
+  const auto fits = [](int64_t size, int64_t want) { return want < 0 || size == want; };
+  const auto text = [](int64_t want) { return want < 0 ? std::string("n") : std::to_string(want); };
+  if (t.dim() != 2 || !fits(t.size(0), rows) || !fits(t.size(1), columns) || !t.is_floating_point()) {
+    throw Error(name + ": the file's is " + c10::str(t.sizes()) + ", expected [" + text(rows) + ", " + text(columns) +
+                "] floating");
+  }
+  return t.to(torch::kDouble);
+}
+
+}  // namespace
+
+std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind& find,
+                                         const std::vector<std::string>& writers,
+                                         const std::vector<std::pair<std::string, nn::Linear>>& own,
+                                         const nn::Embedding& tok, const torch::Tensor& pos, const nn::Linear& head,
+                                         bool tied) {
+  const int64_t width = frame.basis.size(0), rank = frame.basis.size(1);
+  const torch::Tensor table = find("tok_emb.weight");
+  if (find("subspace.basis").defined() || !table.defined() || table.dim() != 2 || table.size(1) != width) return {};
+  torch::NoGradGuard noGrad;
+  const torch::Tensor tokens = matrix(find, "tok_emb.weight", frame.tokens.size(0), width, "the token table");
+  // U: the top k eigenvectors of the writers' Gram matrix, sum of W Wᵀ (+ b bᵀ).
+  torch::Tensor gram = torch::zeros({width, width}, torch::kDouble);
+  std::vector<torch::Tensor> weights, biases;
+  for (const auto& name : writers) {
+    weights.push_back(matrix(find, name + ".weight", width, -1, "every block's output projections"));
+    gram += weights.back().mm(weights.back().t());
+    torch::Tensor bias = find(name + ".bias");
+    if (bias.defined()) {
+      if (bias.dim() != 1 || bias.size(0) != width || !bias.is_floating_point()) {
+        throw Error(name + ".bias: the file's is " + c10::str(bias.sizes()) + ", expected [" + std::to_string(width) + "]");
+      }
+      bias = bias.to(torch::kDouble);
+      gram += torch::outer(bias, bias);
+    }
+    biases.push_back(bias);
+  }
+  torch::Tensor u = std::get<1>(torch::linalg_eigh(gram)).narrow(1, width - rank, rank).flip({1});
+  const torch::Tensor pivots = u.abs().argmax(0, /*keepdim=*/true);
+  u = u * torch::where(u.gather(0, pivots) < 0, -1.0, 1.0);
+  frame.basis.copy_(u);
+  const torch::Tensor basis = frame.basis.to(torch::kDouble);  // as the model runs it
+  // A table's part inside U (returned, it trains) and outside (frozen, into `fixed`).
+  const auto split = [&](const torch::Tensor& full, torch::Tensor& fixed) {
+    const torch::Tensor inside = full.mm(basis);
+    fixed.copy_(full - inside.mm(basis.t()));
+    return inside;
+  };
+  std::vector<std::string> set = {"subspace.tokens", "subspace.basis"};
+  const torch::Tensor tokenCoefficients = split(tokens, frame.tokens);
+  if (tok) {
+    tok->weight.copy_(tokenCoefficients);
+    set.push_back("tok_emb.weight");
+  }
+  if (head && tied) {
+    head->weight.copy_(tokenCoefficients);  // a tied copy: the tied matrix is the pretrained embedding again
+    set.push_back("head.weight");
+  } else if (head && !find("head.weight").defined()) {
+    head->weight.copy_(tokens);
+    set.push_back("head.weight");
+  }
+  if (frame.positions.defined()) {
+    const torch::Tensor positions = matrix(find, "pos_emb", frame.positions.size(0), width, "the position table");
+    const torch::Tensor positionCoefficients = split(positions, frame.positions);
+    set.push_back("subspace.positions");
+    if (pos.defined()) {
+      pos.copy_(positionCoefficients);
+      set.push_back("pos_emb");
+    }
+  }
+  for (const auto& [name, linear] : own) {
+    const auto at = std::find(writers.begin(), writers.end(), name) - writers.begin();
+    if (at == static_cast<ptrdiff_t>(writers.size())) throw Error(name + ": not among the model's output projections");
+    linear->weight.copy_(basis.t().mm(weights[at]));
+    set.push_back(name + ".weight");
+    if (linear->bias.defined() && biases[at].defined()) {
+      linear->bias.copy_(basis.t().mv(biases[at]));
+      set.push_back(name + ".bias");
+    }
+  }
+  return set;
 }
 
 BlockFunction subspaceRecompute(std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> block,
@@ -84,7 +180,12 @@ SubspaceSlice::SubspaceSlice(const GptConfig& c, int first, int last, uint64_t s
   }
   if (last == c.layers) {
     lnF = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
-    head = register_module(c.headName, nn::Linear(nn::LinearOptions(c.dModel, c.vocabSize).bias(false)));
+    // Tied: the trained part of the tied matrix is the k-wide embedding (its own, or a copy).
+    if (!(c.tieEmbeddings && tok)) {
+      head = register_module(c.headName, nn::Linear(nn::LinearOptions(c.tieEmbeddings ? c.subspaceRank : c.dModel,
+                                                                      c.vocabSize).bias(false)));
+    }
+    tied = c.tieEmbeddings;
   }
 }
 
@@ -108,7 +209,8 @@ torch::Tensor SubspaceSlice::forward(const torch::Tensor& input) {
                                         : subspaceBlock(recomputable[i], coefficients, fixed, dropout > 0 && is_training());
   }
   if (!lnF) return coefficients;
-  return linear(*head, lnF->forward(frame->lift(fixed, coefficients)));
+  const torch::Tensor h = lnF->forward(frame->lift(fixed, coefficients));
+  return tied ? frame->tiedLogits(h, head ? head->weight : tok->weight) : linear(*head, h);
 }
 
 }  // namespace skytrain::stages::detail

@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "stages/models/gpt_modules.h"
@@ -24,9 +26,33 @@ struct SubspaceFrame : nn::Module {
   torch::Tensor fixed(const torch::Tensor& ids) const;
   // h = F + c Uᵀ.
   torch::Tensor lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const;
+  // A tied head's logits: h against the whole token table, the frozen rows plus the trained
+  // k-wide embedding [vocab, k] on U: h·tokensᵀ + (h·U)·embeddingᵀ.
+  torch::Tensor tiedLogits(const torch::Tensor& h, const torch::Tensor& embedding) const;
 
   torch::Tensor tokens, positions, basis;  // positions undefined without a table
 };
+
+// A pretrained, unconstrained model's tensors (`find`: by that model's names, undefined when
+// absent) brought into the subspace form, for fine-tuning. U is the top-k left singular vectors
+// of every block's output projections side by side (the directions they write into the
+// residual stream most), from their Gram matrix in float64, each column's largest entry made
+// positive, so every stage finds the same U from the same file. The frozen tables keep the
+// embeddings' part outside U, the k-wide trainable embeddings (`tok`, `pos` on the first
+// slice; else null and undefined) their part inside it, so h starts as the pretrained
+// embedding; each output projection W (and bias b) becomes UᵀW (Uᵀb). `writers`: every
+// block's output projection in the whole model, by name without ".weight"; `own`: the slice's
+// ones among them, with their modules. `head`: the last slice's, else null; a tied (`tied`) copy
+// [vocab, k] starts as the embedding's part inside U, an untied head the file lacks (a tied
+// checkpoint, untied here) as the embedding, then trains apart. Returns the names it set, none when `find` holds a
+// subspace model's own frame (subspace.basis: it loads by name) or no token table d_model
+// wide. Throws skytrain::Error naming a missing or misshapen tensor.
+using TensorFind = std::function<torch::Tensor(const std::string&)>;
+std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind& find,
+                                         const std::vector<std::string>& writers,
+                                         const std::vector<std::pair<std::string, nn::Linear>>& own,
+                                         const nn::Embedding& tok, const torch::Tensor& pos, const nn::Linear& head,
+                                         bool tied);
 
 // Block recompute for a subspace block: what stays stashed is [c, F] (k + d_model numbers a
 // token), and the replay splits it again. `block(c, F)` is the block's forward.
@@ -55,7 +81,8 @@ struct SubspaceBlock : nn::Module {
 };
 
 // Blocks [first, last): the first slice also holds the embeddings' trainable parts (k wide),
-// the last one ln_f and the head (over the whole h). Input: token ids on the first slice,
+// the last one ln_f and the head (over the whole h; tied: the frozen token table plus the
+// k-wide embedding, a copy of it [vocab, k] on a last stage after the first). Input: token ids on the first slice,
 // else the coefficients [b, t, k] with the ids given by setTokens; output: the coefficients,
 // or logits on the last.
 struct SubspaceSlice : nn::Module {
@@ -73,6 +100,7 @@ struct SubspaceSlice : nn::Module {
   std::vector<BlockFunction> recomputable;  // recompute: each block's replay
   nn::LayerNorm lnF{nullptr};
   nn::Linear head{nullptr};
+  bool tied = false;
   torch::Tensor tokens;
 };
 

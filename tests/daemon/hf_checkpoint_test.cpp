@@ -112,6 +112,35 @@ TEST_CASE("Hugging Face llama and gpt2 checkpoints load into stages cut anywhere
   }
 }
 
+TEST_CASE("a Hugging Face checkpoint converts into the subspace form: at k = d_model the reference's logits") {
+  // gpt2's checkpoint is tied: untied, the subspace model's head starts as its embedding;
+  // tied, the tied matrix is the frozen table plus U times the k-wide embedding.
+  const auto [kind, name, tied] = GENERATE(std::make_tuple("llama", "llama", false), std::make_tuple("gpt2", "gpt2", false),
+                                           std::make_tuple("gpt2", "gpt2", true),
+                                           std::make_tuple("llama", "llama-tied-bf16", true));
+  const std::vector<int> cuts = GENERATE(std::vector<int>{0, 3}, std::vector<int>{0, 1, 2, 3});
+  CAPTURE(name, tied, cuts);
+  auto reference = referenceOf(name);
+  protocol::JobSpec job = specFor(kind, kDir + "/" + name, cuts, tied);
+  job.model.subspace.rank = 32;  // = d_model: U spans the stream, the model is the pretrained one
+  Loaded loaded = load(job);
+  for (auto& stage : loaded.stages) stage->setTokens(reference.at("tokens"));  // each rebuilds F from them
+  const double worst = (logitsOf(loaded, reference.at("tokens")) - reference.at("logits")).abs().max().item<double>();
+  WARN(name << (tied ? " tied" : "") << " as a subspace model, cut " << cuts.size() - 1 << ": max |logit - reference| " << worst);
+  CHECK(worst <= 1e-4);
+  for (const auto& report : loaded.reports) CHECK(report["from_seed"] == 0);
+  // k < d_model: every stage finds the same frame.
+  job.model.subspace.rank = 8;
+  Loaded narrow = load(job);
+  const auto basisOf = [](const stages::Stage& stage) {
+    for (const auto& [n, t] : stage.stateDict()) {
+      if (n == "subspace.basis") return t;
+    }
+    return at::Tensor();
+  };
+  for (const auto& stage : narrow.stages) CHECK(torch::equal(basisOf(*stage), basisOf(*narrow.stages[0])));
+}
+
 TEST_CASE("each stage reads only its own tensors of a sharded checkpoint") {
   Loaded loaded = load(specFor("llama", kDir + "/llama", {0, 1, 2, 3}, false));
   stages::HfCheckpoint whole(kDir + "/llama");

@@ -202,11 +202,17 @@ TEST_CASE("subspace: a rank for the gpt decoders; what would leave the subspace 
   CHECK(refused([](json& s) { s["model"]["kind"] = "encoder"; }).second.find("not \"encoder\"") != std::string::npos);
   CHECK(refused([](json& s) { s["model"]["split_point"] = {{"block", 1}}; }).second.find("split_point") != std::string::npos);
   CHECK(refused([](json& s) { s["model"]["adapter"] = 4; }).second.find("adapter") != std::string::npos);
-  CHECK(refused([](json& s) { s["model"]["init_from"] = "/tmp/w.safetensors"; }).second.find("not built yet") !=
-        std::string::npos);
   CHECK(refused([](json& s) { s["stages"][1]["init_from"] = "/tmp/w.safetensors"; }).first == "$.stages[1].init_from");
-  // gpt2 ties its head by default: the spec must untie it.
-  CHECK(refused([](json& s) { s["model"]["kind"] = "gpt2"; }).second.find("tie_embeddings") != std::string::npos);
+  CHECK(refused([](json& s) { s["stages"][1]["init_from"] = "/tmp/w.safetensors"; }).second.find("model.init_from") !=
+        std::string::npos);
+  json pretrained = validSpec();  // a pretrained model converted into the subspace form
+  pretrained["model"]["subspace"] = {{"rank", 8}};
+  pretrained["model"]["init_from"] = "/tmp/w.safetensors";
+  CHECK(parseJobSpec(pretrained.dump()).model.initFrom.size() == 1);
+  json tied = validSpec();  // gpt2 ties its head by default: a tied subspace model
+  tied["model"]["kind"] = "gpt2";
+  tied["model"]["subspace"] = {{"rank", 8}};
+  CHECK(parseJobSpec(tied.dump()).model.tieEmbeddings);
   json untied = validSpec();
   untied["model"]["kind"] = "gpt2";
   untied["model"]["tie_embeddings"] = false;

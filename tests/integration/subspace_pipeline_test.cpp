@@ -11,6 +11,7 @@
 #include "client/export.h"
 #include "daemon_fixture.h"
 #include "reference_trainer.h"
+#include "stages/models/llama.h"
 #include "stages/safetensors.h"
 
 using namespace skytrain;
@@ -111,4 +112,51 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
     CHECK(client::exportWeights(options, job, (a.dir() / "subspace-hf").string(), hf) != 0);
   }
     WARN(kind << " " << schedule << " m=" << m << ": max |loss diff| " << worstLoss << ", max |parameter diff| " << worstParameter);
+}
+
+TEST_CASE("a pretrained tied LLaMA fine-tunes as a tied subspace model on three daemons like one process",
+          "[integration]") {
+  TestDaemon a("ta"), b("tb"), c("tc");
+  zmq::context_t context;
+  // The pretrained model: an unconstrained, tied LLaMA of the same shape from another seed.
+  stages::LlamaConfig plain;
+  plain.vocabSize = 256, plain.dModel = kDModel, plain.heads = 4, plain.kvHeads = 2, plain.layers = 4, plain.dFf = 64;
+  plain.seqLen = kSeq, plain.tieEmbeddings = true;
+  stages::SafeTensors pretrained;
+  for (const auto& [name, tensor] : stages::makeLlamaStage(plain, 0, 4, 99)->stateDict()) {
+    pretrained.tensors.emplace_back(name, tensor.detach().clone());
+  }
+  const auto file = a.dir() / "pretrained.safetensors";
+  std::ofstream(file, std::ios::binary) << stages::encodeSafetensors(pretrained);
+  Json spec = subspaceSpec("gpipe", 1, a, b, c, "llama");
+  spec["model"]["tie_embeddings"] = true;
+  spec["model"]["init_from"] = file.string();
+  const Trained reference = trainReference(spec);
+  const Json status = runJob(context, a.control(), spec);
+  INFO(status.dump());
+  REQUIRE(status["state"] == "succeeded");
+  for (const auto& stage : status["plans"].back()["stages"]) CHECK(stage["init_from"][0]["from_seed"] == 0);
+  const std::string job = status["id"];
+  const auto first = loadStageWeights(a.dir() / "jobs" / job / "stage-0.pt");
+  const auto middle = loadStageWeights(b.dir() / "jobs" / job / "stage-1.pt");
+  const auto last = loadStageWeights(c.dir() / "jobs" / job / "stage-2.pt");
+  // The three stages converted the file alike, and the tied copy [vocab, k] kept up.
+  CHECK(torch::equal(first.at("subspace.basis"), last.at("subspace.basis")));
+  CHECK(torch::equal(middle.at("subspace.tokens"), last.at("subspace.tokens")));
+  CHECK(last.at("head.weight").sizes() == c10::IntArrayRef({256, kRank}));
+  CHECK(torch::equal(last.at("head.weight"), first.at("tok_emb.weight")));
+  double worstLoss = 0, worstParameter = 0;
+  for (int step = 0; step < kEquivalenceSteps; ++step) {
+    worstLoss = std::max(worstLoss, std::abs(status["steps"][step]["loss"].get<double>() - reference.losses[step]));
+  }
+  for (const auto& [name, expected] : reference.parameters) {
+    const auto& held = name == "tok_emb.weight" ? first : first.count(name) ? first : middle.count(name) ? middle : last;
+    INFO(name);
+    REQUIRE(held.count(name));
+    worstParameter = std::max(worstParameter, (held.at(name) - expected).abs().max().item<double>());
+  }
+  // One process holds one tied matrix; the pipeline adds the copies' gradients: a float's order.
+  CHECK(worstLoss <= 1e-5);
+  CHECK(worstParameter <= 1e-5);
+  WARN("tied subspace llama from a pretrained file: max |loss diff| " << worstLoss << ", max |parameter diff| " << worstParameter);
 }
