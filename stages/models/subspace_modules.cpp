@@ -1,39 +1,65 @@
 #include "stages/models/subspace_modules.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 #include <string>
 
 #include "scheduler/error.h"
 #include "stages/recompute.h"
+#include "stages/seeding.h"
 #include "stages/split_backward.h"
 
 namespace skytrain::stages::detail {
 
-SubspaceFrame::SubspaceFrame(int64_t vocab, int64_t width, int64_t rank, int64_t positions, uint64_t seed) {
-  tokens = register_buffer("tokens", drawWeight("subspace.tokens", {vocab, width}, 0.02, seed));
-  if (positions > 0) {
-    this->positions = register_buffer("positions", drawWeight("subspace.positions", {positions, width}, 0.02, seed));
-  }
-  // Orthonormal columns: the Q of a Gaussian matrix's QR, computed here on the CPU by every
-  // stage from the same draw.
-  const torch::Tensor gaussian = drawWeight("subspace.basis", {width, rank}, 1.0, seed);
-  basis = register_buffer("basis", std::get<0>(torch::linalg_qr(gaussian)).contiguous());
-}
-
-torch::Tensor SubspaceFrame::fixed(const torch::Tensor& ids) const {
-  const torch::Tensor rows = torch::embedding(tokens, ids);
-  return positions.defined() ? rows + positions.slice(0, 0, ids.size(1)) : rows;
-}
-
-torch::Tensor SubspaceFrame::tiedLogits(const torch::Tensor& h, const torch::Tensor& embedding) const {
-  return torch::linear(h, tokens) + torch::linear(torch::matmul(h, basis), embedding);
-}
-
-torch::Tensor SubspaceFrame::lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const {
-  return fixed + torch::matmul(coefficients, basis.t());
-}
-
 namespace {
+
+// Values of mean 0 and deviation `std` from (seed, name) alone, bit for bit the same on every
+// IEEE-754 machine: each is the sum of four 32-bit uniform integers (Irwin-Hall, a bell
+// within ±3.5 deviations), exact in a double, times one correctly rounded factor. (LibTorch's
+// normal_ takes another path on AVX2 CPUs, and its float math differs between builds.)
+// Scalar: float (a table) or double (the basis before Gram-Schmidt).
+template <typename Scalar>
+torch::Tensor drawPortable(const std::string& name, int64_t rows, int64_t columns, double std, uint64_t seed) {
+  const uint64_t key = XXH64(name.data(), name.size(), seed);
+  const double scale = std * std::sqrt(3.0);  // the sum's deviation is sqrt(4/12) of 2^32
+  torch::Tensor out = torch::empty({rows, columns}, std::is_same_v<Scalar, float> ? torch::kFloat : torch::kDouble);
+  Scalar* values = out.data_ptr<Scalar>();
+  for (int64_t i = 0; i < rows * columns; ++i) {
+    const uint64_t a = splitmix64(key ^ splitmix64(2 * static_cast<uint64_t>(i)));
+    const uint64_t b = splitmix64(key ^ splitmix64(2 * static_cast<uint64_t>(i) + 1));
+    const uint64_t sum = (a >> 32) + (a & 0xffffffffu) + (b >> 32) + (b & 0xffffffffu);
+    values[i] = static_cast<Scalar>((std::ldexp(static_cast<double>(sum), -32) - 2.0) * scale);
+  }
+  return out;
+}
+
+// Orthonormal columns of a double [rows, columns] matrix, in float, by modified Gram-Schmidt
+// run twice, in double with every product-sum an explicit fma and a fixed order, so the bits
+// do not depend on the CPU, the BLAS or the compiler's contraction of a*b+c.
+torch::Tensor orthonormalColumns(torch::Tensor matrix) {
+  const int64_t rows = matrix.size(0), columns = matrix.size(1);
+  matrix = matrix.contiguous();
+  double* a = matrix.data_ptr<double>();
+  const auto at = [&](int64_t r, int64_t c) -> double& { return a[r * columns + c]; };
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t j = 0; j < columns; ++j) {
+      for (int64_t i = 0; i < j; ++i) {
+        double dot = 0;
+        for (int64_t r = 0; r < rows; ++r) dot = std::fma(at(r, i), at(r, j), dot);
+        for (int64_t r = 0; r < rows; ++r) at(r, j) = std::fma(-dot, at(r, i), at(r, j));
+      }
+      double norm = 0;
+      for (int64_t r = 0; r < rows; ++r) norm = std::fma(at(r, j), at(r, j), norm);
+      norm = std::sqrt(norm);
+      if (!(norm > 0)) throw Error("subspace basis: a drawn column is degenerate");
+      for (int64_t r = 0; r < rows; ++r) at(r, j) /= norm;
+    }
+  }
+  return matrix.to(torch::kFloat);
+}
 
 // The file's tensor `name`, [rows, columns] (-1: any), in float64, or an error naming it.
 torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t rows, int64_t columns, const char* what) {
@@ -51,6 +77,27 @@ torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t ro
 }
 
 }  // namespace
+
+SubspaceFrame::SubspaceFrame(int64_t vocab, int64_t width, int64_t rank, int64_t positions, uint64_t seed) {
+  tokens = register_buffer("tokens", drawPortable<float>("subspace.tokens", vocab, width, 0.02, seed));
+  if (positions > 0) {
+    this->positions = register_buffer("positions", drawPortable<float>("subspace.positions", positions, width, 0.02, seed));
+  }
+  basis = register_buffer("basis", orthonormalColumns(drawPortable<double>("subspace.basis", width, rank, 1.0, seed)));
+}
+
+torch::Tensor SubspaceFrame::fixed(const torch::Tensor& ids) const {
+  const torch::Tensor rows = torch::embedding(tokens, ids);
+  return positions.defined() ? rows + positions.slice(0, 0, ids.size(1)) : rows;
+}
+
+torch::Tensor SubspaceFrame::tiedLogits(const torch::Tensor& h, const torch::Tensor& embedding) const {
+  return torch::linear(h, tokens) + torch::linear(torch::matmul(h, basis), embedding);
+}
+
+torch::Tensor SubspaceFrame::lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const {
+  return fixed + torch::matmul(coefficients, basis.t());
+}
 
 std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind& find,
                                          const std::vector<std::string>& writers,

@@ -17,7 +17,8 @@ namespace skytrain::stages::detail {
 
 // The part of the residual stream no stage trains: a token table and (GPT) a position table,
 // d_model wide, and the orthonormal basis U (d_model x k), drawn from (seed, their names)
-// alone, so every stage holds the same ones. Buffers: they move with the module and are in
+// alone by integer arithmetic and an fma Gram-Schmidt, so every stage holds the same bits on
+// any CPU (or converted from a pretrained model: adoptPretrained). Buffers: they move with the module and are in
 // its state dict, so checkpoints restore them exactly.
 struct SubspaceFrame : nn::Module {
   // positions 0: no position table (a LLaMA's positions are rotary, inside attention).

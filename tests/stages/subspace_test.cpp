@@ -2,6 +2,7 @@
 // and the stages compose to the unsplit model.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <xxhash.h>
 
 #include <map>
 #include <string>
@@ -378,4 +379,21 @@ TEST_CASE("a pretrained LLaMA converts into the subspace form: o and down write 
   CHECK(torch::equal(a.at("subspace.basis"), b.at("subspace.basis")));
   CHECK(torch::equal(a.at("subspace.tokens"), b.at("subspace.tokens")));
   CHECK(b.at("block1.mlp.down.weight").sizes() == c10::IntArrayRef({kRank, 48}));
+}
+
+TEST_CASE("the drawn frame is the same bits on every machine: integer draws and an fma Gram-Schmidt") {
+  // These hashes were computed on an x86-64 VM (AVX2, OpenBLAS); another CPU, BLAS or
+  // compiler must give the same bits, or stages on different hardware would disagree.
+  const auto state = byName(makeGptStage(tiny(), 0, 4, 7)->stateDict());
+  const auto hashOf = [](const at::Tensor& t) {
+    const at::Tensor c = t.contiguous();
+    return XXH64(c.data_ptr(), c.numel() * c.element_size(), 0);
+  };
+  CHECK(hashOf(state.at("subspace.tokens")) == 5515308406206477070ull);
+  CHECK(hashOf(state.at("subspace.positions")) == 3552692701956319069ull);
+  CHECK(hashOf(state.at("subspace.basis")) == 10228103447047861033ull);
+  const at::Tensor tokens = state.at("subspace.tokens");
+  CHECK(std::abs(tokens.mean().item<double>()) < 0.002);
+  CHECK(std::abs(tokens.std().item<double>() - 0.02) < 0.002);
+  CHECK(tokens.abs().max().item<double>() <= 0.02 * std::sqrt(12.0));
 }
