@@ -2,10 +2,9 @@
 
 #include <xxhash.h>
 
-#include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 
 #include "scheduler/error.h"
 #include "stages/recompute.h"
@@ -109,21 +108,20 @@ std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind&
   if (find("subspace.basis").defined() || !table.defined() || table.dim() != 2 || table.size(1) != width) return {};
   torch::NoGradGuard noGrad;
   const torch::Tensor tokens = matrix(find, "tok_emb.weight", frame.tokens.size(0), width, "the token table");
-  // U: the top k eigenvectors of the writers' Gram matrix, sum of W Wᵀ (+ b bᵀ).
-  torch::Tensor gram = torch::zeros({width, width}, torch::kDouble);
-  std::vector<torch::Tensor> weights, biases;
-  for (const auto& name : writers) {
-    weights.push_back(matrix(find, name + ".weight", width, -1, "every block's output projections"));
-    gram += weights.back().mm(weights.back().t());
-    torch::Tensor bias = find(name + ".bias");
-    if (bias.defined()) {
-      if (bias.dim() != 1 || bias.size(0) != width || !bias.is_floating_point()) {
-        throw Error(name + ".bias: the file's is " + c10::str(bias.sizes()) + ", expected [" + std::to_string(width) + "]");
-      }
-      bias = bias.to(torch::kDouble);
-      gram += torch::outer(bias, bias);
+  // U: the top k eigenvectors of the writers' Gram matrix, sum of W Wᵀ (+ b bᵀ), one writer
+  // in float64 at a time (a 7B model's would take 16 GB at once).
+  const auto bias = [&](const std::string& name) {
+    const torch::Tensor b = find(name + ".bias");
+    if (b.defined() && (b.dim() != 1 || b.size(0) != width || !b.is_floating_point())) {
+      throw Error(name + ".bias: the file's is " + c10::str(b.sizes()) + ", expected [" + std::to_string(width) + "]");
     }
-    biases.push_back(bias);
+    return b.defined() ? b.to(torch::kDouble) : b;
+  };
+  torch::Tensor gram = torch::zeros({width, width}, torch::kDouble);
+  for (const auto& name : writers) {
+    const torch::Tensor w = matrix(find, name + ".weight", width, -1, "every block's output projections");
+    gram += w.mm(w.t());
+    if (const torch::Tensor b = bias(name); b.defined()) gram += torch::outer(b, b);
   }
   torch::Tensor u = std::get<1>(torch::linalg_eigh(gram)).narrow(1, width - rank, rank).flip({1});
   const torch::Tensor pivots = u.abs().argmax(0, /*keepdim=*/true);
@@ -159,12 +157,10 @@ std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind&
     }
   }
   for (const auto& [name, linear] : own) {
-    const auto at = std::find(writers.begin(), writers.end(), name) - writers.begin();
-    if (at == static_cast<ptrdiff_t>(writers.size())) throw Error(name + ": not among the model's output projections");
-    linear->weight.copy_(basis.t().mm(weights[at]));
+    linear->weight.copy_(basis.t().mm(matrix(find, name + ".weight", width, linear->weight.size(1), "its projections")));
     set.push_back(name + ".weight");
-    if (linear->bias.defined() && biases[at].defined()) {
-      linear->bias.copy_(basis.t().mv(biases[at]));
+    if (const torch::Tensor b = bias(name); linear->bias.defined() && b.defined()) {
+      linear->bias.copy_(basis.t().mv(b));
       set.push_back(name + ".bias");
     }
   }
