@@ -160,9 +160,10 @@ PlannerInput plannerInput(const Cut& cut, const Setting& setting, const Wire& wi
     in.forwardCodecs.push_back({codec});
     in.backwardCodecs.push_back({codec});
   }
-  // A tied embedding's fp32 gradient crosses every link, as profiler.cpp reports it (a
-  // subspace model is untied: its rows are only for untied presets).
-  if (c.tieEmbeddings) in.tiedBytes.assign(in.links.size(), 4.0 * c.vocabSize * c.dModel);
+  // A tied embedding's fp32 gradient crosses every link, as profiler.cpp reports it; a tied
+  // subspace model's tied copy is vocab x k.
+  const double tiedWidth = wire.subspaceRank > 0 ? wire.subspaceRank : c.dModel;
+  if (c.tieEmbeddings) in.tiedBytes.assign(in.links.size(), 4.0 * c.vocabSize * tiedWidth);
   return in;
 }
 
@@ -219,11 +220,12 @@ int main(int argc, char** argv) {
       "- links inside a cloud: %.0f Gbit/s, %.0f us one way, bf16 on the wire (2 B an element); between\n"
       "  clouds: the given rate, %.0f ms one way, bf16 or the q13+pred/q13+rot pair (0.5 B an element,\n"
       "  docs/BENCHMARKS.md \"Exactly 8x: q13\"); codec time not counted; %.0f us per message\n"
-      "- subspace rows (model.subspace, untied presets only): k = 64 numbers a token cross every link instead\n"
+      "- subspace rows (model.subspace): k = 64 numbers a token cross every link instead\n"
       "  of d_model, in bf16 (2 B) or q13 (0.5 B) on the slow link; the compute is the unconstrained model's\n"
       "  (the subspace's smaller output projections are not credited)\n"
       "- gradients all-reduced in fp32 by a ring inside each cluster; llama-1b's tied embedding gradient\n"
-      "  (fp32, uncompressed) crosses every link once a step each way, in every copy's pipeline\n"
+      "  (fp32, uncompressed; vocab x k as a subspace model) crosses every link once a step each way, in\n"
+      "  every copy's pipeline\n"
       "- single cloud: the same stages and copies, every link the fast one; ratio = its step time / this\n\n",
       kGpuBytes / 1e9, 400.0, 200.0, kSeqLen, kBatch, kOpSeconds * 1e3, kZeroCopies, kZeroCopies,
       kFastBytesPerSecond * 8 / 1e9, kFastDelay * 1e6, kSlowDelay * 1e3, kMessageSeconds * 1e6);
@@ -244,7 +246,6 @@ int main(int argc, char** argv) {
         const Setting& setting = settings[i];
         const auto local = tryPlan(plannerInput(cuts[i], setting, wires[0], 0));
         for (const Wire& wire : wires) {
-          if (wire.subspaceRank > 0 && preset.tieEmbeddings) continue;  // a subspace model is untied
           const auto cross = tryPlan(plannerInput(cuts[i], setting, wire, gbit * 1e9 / 8));
           if (!cross || !local) throw Error(std::string(name) + " " + setting.name + ": no plan fits");
           const scheduler::PlanRow& row = cross->chosen;
