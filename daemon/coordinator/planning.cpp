@@ -1,5 +1,6 @@
 #include "daemon/coordinator/planning.h"
 
+#include "daemon/protocol/failures.h"
 #include "scheduler/error.h"
 
 namespace skytrain::daemon {
@@ -46,6 +47,19 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
       }
     }
     input.memoryBudgetBytes = budget;
+    // A subspace model: every stage must hold the frame the others hold, or one stage's
+    // coefficients mean another thing to the next (a conversion's eigensolver on another
+    // CPU or LAPACK could round differently).
+    for (size_t s = 1; s < profiles.size(); ++s) {
+      const std::string first = profiles[0].at("compute").value("frame", std::string());
+      const std::string mine = profiles[s].at("compute").value("frame", std::string());
+      if (mine != first) {
+        throw Error(std::string(protocol::kBadModel) + "stages 0 and " + std::to_string(s) +
+                    " hold different subspace frames (hash " + first.substr(0, 16) + " against " + mine.substr(0, 16) +
+                    "): their CPUs or libraries computed the frame differently; run the stages on one kind of "
+                    "machine, or convert the model once and give every stage the converted export");
+      }
+    }
     // Tied matrices: a first holder's bytes cross every link up to the second holder.
     input.tiedBytes.assign(input.links.size(), 0.0);
     for (size_t s = 0; s < profiles.size(); ++s) {

@@ -1,6 +1,8 @@
 #include "daemon/stage/pipeline_runner.h"
 
+#include <spdlog/fmt/fmt.h>
 #include <torch/torch.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
@@ -130,6 +132,25 @@ PipelineRunner::PipelineRunner(const protocol::JobSpec& spec, int stage, uint64_
 
 PipelineRunner::~PipelineRunner() = default;
 
+namespace {
+
+// A subspace model's frame, every subspace.* tensor by name and bytes, as XXH64 in hex; ""
+// for a model without one.
+std::string frameFingerprint(const stages::Stage& stage) {
+  uint64_t hash = 0;
+  bool any = false;
+  for (const auto& [name, tensor] : stage.stateDict()) {
+    if (name.rfind("subspace.", 0) != 0) continue;
+    const at::Tensor bytes = tensor.detach().to(torch::kCPU).contiguous();
+    hash = XXH64(name.data(), name.size(), hash);
+    hash = XXH64(bytes.data_ptr(), bytes.numel() * bytes.element_size(), hash);
+    any = true;
+  }
+  return any ? fmt::format("{:016x}", hash) : std::string();
+}
+
+}  // namespace
+
 std::unique_ptr<stages::Stage> PipelineRunner::buildStage(StageFacts* facts) {
   const auto& spec = context_.spec;
   const int stage = context_.stage;
@@ -140,6 +161,7 @@ std::unique_ptr<stages::Stage> PipelineRunner::buildStage(StageFacts* facts) {
     if (facts) {
       facts->parameters = counts;
       facts->initReport = loadInitialWeights(*built, spec, stage, source_->namePrefix(stage));
+      facts->frame = frameFingerprint(*built);
     }
   } catch (const Error& e) {  // WireError (a malformed file) included
     throw Error(std::string(protocol::kBadModel) + e.what());

@@ -300,6 +300,7 @@ Json Profiler::computeProfile(Json forward, Json backward, Json outputBytes, Jso
           {"stash_bytes_per_sample", source_.stashBytesPerSample(context_.stage)},
           {"parameters", {{"trainable", facts_.parameters.trainable}, {"frozen", facts_.parameters.frozen}}},
           {"init_from", facts_.initReport},
+          {"frame", facts_.frame},
           {"memory_budget_bytes", facts_.memoryBudgetBytes}};
 }
 

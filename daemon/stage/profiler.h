@@ -70,6 +70,9 @@ struct StageFacts {
   nlohmann::json initReport = nlohmann::json::array();  // per init_from file: loaded, from_seed
   double memoryBudgetBytes = 0;
   bool delayed = false;  // the delayed update: no zb-h1 to choose
+  // A subspace model's frame (its subspace.* tensors) as a hash; empty for other models. The
+  // coordinator refuses stages that derived different frames (planning.cpp).
+  std::string frame;
 };
 
 class Profiler {

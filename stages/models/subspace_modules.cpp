@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -38,11 +39,11 @@ torch::Tensor drawPortable(const std::string& name, int64_t rows, int64_t column
 // Orthonormal columns of a double [rows, columns] matrix, in float, by modified Gram-Schmidt
 // run twice, in double with every product-sum an explicit fma and a fixed order, so the bits
 // do not depend on the CPU, the BLAS or the compiler's contraction of a*b+c.
-torch::Tensor orthonormalColumns(torch::Tensor matrix) {
+torch::Tensor orthonormalColumns(const torch::Tensor& matrix) {
   const int64_t rows = matrix.size(0), columns = matrix.size(1);
-  matrix = matrix.contiguous();
-  double* a = matrix.data_ptr<double>();
-  const auto at = [&](int64_t r, int64_t c) -> double& { return a[r * columns + c]; };
+  torch::Tensor transposed = matrix.t().contiguous();  // a column's entries side by side
+  double* a = transposed.data_ptr<double>();
+  const auto at = [&](int64_t r, int64_t c) -> double& { return a[c * rows + r]; };
   for (int pass = 0; pass < 2; ++pass) {
     for (int64_t j = 0; j < columns; ++j) {
       for (int64_t i = 0; i < j; ++i) {
@@ -57,12 +58,12 @@ torch::Tensor orthonormalColumns(torch::Tensor matrix) {
       for (int64_t r = 0; r < rows; ++r) at(r, j) /= norm;
     }
   }
-  return matrix.to(torch::kFloat);
+  return transposed.t().contiguous().to(torch::kFloat);
 }
 
-// The file's tensor `name`, [rows, columns] (-1: any), in float64, or an error naming it.
-torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t rows, int64_t columns, const char* what) {
-  const torch::Tensor t = find(name);
+// `t`, the file's tensor `name`, checked to be [rows, columns] (-1: any) and finite, or an
+// error naming it.
+torch::Tensor checked(const torch::Tensor& t, const std::string& name, int64_t rows, int64_t columns, const char* what) {
   if (!t.defined()) {
     throw Error(name + ": not in the file; converting a pretrained model into the subspace form reads " + what);
   }
@@ -72,7 +73,13 @@ torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t ro
     throw Error(name + ": the file's is " + c10::str(t.sizes()) + ", expected [" + text(rows) + ", " + text(columns) +
                 "] floating");
   }
-  return t.to(torch::kDouble);
+  if (!torch::isfinite(t).all().item<bool>()) throw Error(name + ": the file's holds a NaN or an infinity");
+  return t;
+}
+
+// The file's tensor `name`, checked as `checked` does, in float64.
+torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t rows, int64_t columns, const char* what) {
+  return checked(find(name), name, rows, columns, what).to(torch::kDouble);
 }
 
 }  // namespace
@@ -107,15 +114,13 @@ std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind&
   const torch::Tensor table = find("tok_emb.weight");
   if (find("subspace.basis").defined() || !table.defined() || table.dim() != 2 || table.size(1) != width) return {};
   torch::NoGradGuard noGrad;
-  const torch::Tensor tokens = matrix(find, "tok_emb.weight", frame.tokens.size(0), width, "the token table");
+  const torch::Tensor tokens = checked(table, "tok_emb.weight", frame.tokens.size(0), width, "the token table");
   // U: the top k eigenvectors of the writers' Gram matrix, sum of W Wᵀ (+ b bᵀ), one writer
   // in float64 at a time (a 7B model's would take 16 GB at once).
   const auto bias = [&](const std::string& name) {
     const torch::Tensor b = find(name + ".bias");
-    if (b.defined() && (b.dim() != 1 || b.size(0) != width || !b.is_floating_point())) {
-      throw Error(name + ".bias: the file's is " + c10::str(b.sizes()) + ", expected [" + std::to_string(width) + "]");
-    }
-    return b.defined() ? b.to(torch::kDouble) : b;
+    if (!b.defined()) return b;
+    return checked(b.view({1, -1}), name + ".bias", 1, width, "").view({-1}).to(torch::kDouble);
   };
   torch::Tensor gram = torch::zeros({width, width}, torch::kDouble);
   for (const auto& name : writers) {
@@ -123,15 +128,28 @@ std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind&
     gram += w.mm(w.t());
     if (const torch::Tensor b = bias(name); b.defined()) gram += torch::outer(b, b);
   }
-  torch::Tensor u = std::get<1>(torch::linalg_eigh(gram)).narrow(1, width - rank, rank).flip({1});
+  if (!torch::isfinite(gram).all().item<bool>()) throw Error("the output projections' Gram matrix overflows float64");
+  torch::Tensor u;
+  try {
+    u = std::get<1>(torch::linalg_eigh(gram)).narrow(1, width - rank, rank).flip({1});
+  } catch (const c10::Error& e) {
+    throw Error(std::string("the output projections' Gram matrix has no eigenvectors: ") + e.what_without_backtrace());
+  }
   const torch::Tensor pivots = u.abs().argmax(0, /*keepdim=*/true);
   u = u * torch::where(u.gather(0, pivots) < 0, -1.0, 1.0);
   frame.basis.copy_(u);
   const torch::Tensor basis = frame.basis.to(torch::kDouble);  // as the model runs it
-  // A table's part inside U (returned, it trains) and outside (frozen, into `fixed`).
+  // A table's part inside U (returned, it trains) and outside (frozen, into `fixed`), in
+  // float64 a block of rows at a time (a 128k x 4096 table would take 4 GB at once).
   const auto split = [&](const torch::Tensor& full, torch::Tensor& fixed) {
-    const torch::Tensor inside = full.mm(basis);
-    fixed.copy_(full - inside.mm(basis.t()));
+    torch::Tensor inside = torch::empty({full.size(0), rank}, torch::kFloat);
+    for (int64_t row = 0; row < full.size(0); row += 4096) {
+      const int64_t n = std::min<int64_t>(4096, full.size(0) - row);
+      const torch::Tensor rows = full.narrow(0, row, n).to(torch::kDouble);
+      const torch::Tensor part = rows.mm(basis);
+      inside.narrow(0, row, n).copy_(part);
+      fixed.narrow(0, row, n).copy_(rows - part.mm(basis.t()));
+    }
     return inside;
   };
   std::vector<std::string> set = {"subspace.tokens", "subspace.basis"};
@@ -141,14 +159,20 @@ std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind&
     set.push_back("tok_emb.weight");
   }
   if (head && tied) {
-    head->weight.copy_(tokenCoefficients);  // a tied copy: the tied matrix is the pretrained embedding again
+    // A tied copy: the tied matrix is the pretrained embedding again. A file with a head of
+    // its own (an untied model) would lose it: refused.
+    if (const torch::Tensor own = find("head.weight"); own.defined() && !(own.sizes().equals(table.sizes()) && torch::equal(own.to(torch::kFloat), table.to(torch::kFloat)))) {
+      throw Error("head.weight: the file's head is not its embedding (an untied model); a tied subspace model "
+                  "cannot keep it: set tie_embeddings to false");
+    }
+    head->weight.copy_(tokenCoefficients);
     set.push_back("head.weight");
   } else if (head && !find("head.weight").defined()) {
     head->weight.copy_(tokens);
     set.push_back("head.weight");
   }
   if (frame.positions.defined()) {
-    const torch::Tensor positions = matrix(find, "pos_emb", frame.positions.size(0), width, "the position table");
+    const torch::Tensor positions = checked(find("pos_emb"), "pos_emb", frame.positions.size(0), width, "the position table");
     const torch::Tensor positionCoefficients = split(positions, frame.positions);
     set.push_back("subspace.positions");
     if (pos.defined()) {

@@ -127,18 +127,22 @@ TEST_CASE("a Hugging Face checkpoint converts into the subspace form: at k = d_m
   for (auto& stage : loaded.stages) stage->setTokens(reference.at("tokens"));  // each rebuilds F from them
   const double worst = (logitsOf(loaded, reference.at("tokens")) - reference.at("logits")).abs().max().item<double>();
   WARN(name << (tied ? " tied" : "") << " as a subspace model, cut " << cuts.size() - 1 << ": max |logit - reference| " << worst);
-  CHECK(worst <= 1e-4);
+  CHECK(worst <= 2e-6);
   for (const auto& report : loaded.reports) CHECK(report["from_seed"] == 0);
   // k < d_model: every stage finds the same frame.
   job.model.subspace.rank = 8;
   Loaded narrow = load(job);
-  const auto basisOf = [](const stages::Stage& stage) {
+  const auto frameOf = [](const stages::Stage& stage, const std::string& name) {
     for (const auto& [n, t] : stage.stateDict()) {
-      if (n == "subspace.basis") return t;
+      if (n == name) return t;
     }
     return at::Tensor();
   };
-  for (const auto& stage : narrow.stages) CHECK(torch::equal(basisOf(*stage), basisOf(*narrow.stages[0])));
+  for (const auto& stage : narrow.stages) {
+    for (const char* name : {"subspace.basis", "subspace.tokens"}) {
+      CHECK(torch::equal(frameOf(*stage, name), frameOf(*narrow.stages[0], name)));
+    }
+  }
 }
 
 TEST_CASE("each stage reads only its own tensors of a sharded checkpoint") {

@@ -341,6 +341,30 @@ TEST_CASE("a pretrained GPT converts into the subspace form: the same model at k
   };
   auto first = makeGptStage(tiny(), 0, 1, 9);
   CHECK_THROWS_WITH(initialiseFrom(*first, partial, "part"), Catch::Contains("block3.attn.proj.weight: not in the file"));
+  // Crafted files: each refused naming the tensor, as a skytrain::Error (no stage is built).
+  const auto crafted = [&](const std::string& target, const at::Tensor& value) {
+    return TensorLookup([&, target, value](const std::string& name) { return name == target ? value : file(name); });
+  };
+  const auto refusal = [&](const TensorLookup& lookup) {
+    auto stage = makeGptStage(tiny(), 1, 3, 9);
+    try {
+      initialiseFrom(*stage, lookup, "crafted");
+    } catch (const skytrain::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const at::Tensor poisoned = source.at("block0.proj.weight").clone().index_put_({0, 0}, NAN);
+  CHECK_THAT(refusal(crafted("block0.proj.weight", poisoned)), Catch::Contains("block0.proj.weight: the file's holds a NaN"));
+  CHECK_THAT(refusal(crafted("block0.proj.weight", torch::zeros({31, 64}))),
+             Catch::Contains("block0.proj.weight: the file's is [31, 64], expected [32, n]"));
+  CHECK_THAT(refusal(crafted("block1.proj.weight", torch::zeros({32, 63}))),  // the stage's own: its width too
+             Catch::Contains("block1.proj.weight: the file's is [32, 63], expected [32, 64]"));
+  CHECK_THAT(refusal(crafted("block2.attn.proj.bias", torch::zeros({33}))), Catch::Contains("block2.attn.proj.bias"));
+  CHECK_THAT(refusal(crafted("tok_emb.weight", torch::full({50, 32}, INFINITY))),
+             Catch::Contains("tok_emb.weight: the file's holds a NaN or an infinity"));
+  CHECK_THAT(refusal(crafted("block3.proj.weight", torch::full({32, 64}, 1e200, torch::kDouble))),
+             Catch::Contains("overflows float64"));
 
   // A tied pretrained model into a tied subspace model, cut in two: at k = d_model its logits,
   // and the last stage's copy [vocab, k] equals the first stage's embedding.
@@ -353,6 +377,9 @@ TEST_CASE("a pretrained GPT converts into the subspace form: the same model at k
   back->setTokens(ids);
   CHECK(torch::allclose(back->forward(0, front->forward(0, ids)), tiedPretrained->forward(0, ids), 1e-4, 1e-5));
   CHECK(torch::equal(byName(back->stateDict()).at("head.weight"), byName(front->stateDict()).at("tok_emb.weight")));
+  // An untied file into a tied subspace model would lose its head: refused.
+  auto tiedBack = makeGptStage(tiedWhole, 2, 4, 9);
+  CHECK_THROWS_WITH(initialiseFrom(*tiedBack, file, "untied"), Catch::Contains("the file's head is not its embedding"));
 }
 
 TEST_CASE("a pretrained LLaMA converts into the subspace form: o and down write into U") {
