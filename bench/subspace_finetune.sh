@@ -10,7 +10,8 @@
 #   e.g. bash bench/subspace_finetune.sh 3 "32 16 8" 300 500
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seeds=$1 ranks=$2 steps=${3:-300} pre_steps=${4:-500}
+seeds=${1:?usage: subspace_finetune.sh SEEDS "K..." [STEPS] [PRE_STEPS]} ranks=${2:?usage: subspace_finetune.sh SEEDS "K..." [STEPS] [PRE_STEPS]}
+steps=${3:-300} pre_steps=${4:-500}
 job=deploy/jobs/gpt-web.json
 source deploy/local-daemons.sh
 bench_workspace
@@ -46,9 +47,10 @@ run() {  # run LABEL EDIT...: one configuration over the seeds, its summary line
   local label=$1
   shift
   echo "== $label"
-  bash bench/seeds.sh "$job" "$seeds" "s[\"data\"][\"files\"] = [\"$spanish\"]" "s[\"steps\"] = $steps" \
-    "s[\"optimizer\"][\"warmup_steps\"] = 10" "$@" 2>&1 |
-    grep -E "^(seed|train loss|validation loss|bytes sent|succeeded)" | sed "s|^|$label: |"
+  # A configuration that fails says so and the others still run.
+  { bash bench/seeds.sh "$job" "$seeds" "s[\"data\"][\"files\"] = [\"$spanish\"]" "s[\"steps\"] = $steps" \
+      "s[\"optimizer\"][\"warmup_steps\"] = 10" "$@" 2>&1 || echo "failed: exit $?"; } |
+    grep -E "^(seed|train loss|validation loss|bytes sent|succeeded|failed)|rror" | sed "s|^|$label: |"
 }
 init="s[\"model\"][\"init_from\"] = \"$pretrained\""
 run "fine-tuned" "$init"
