@@ -161,7 +161,10 @@ std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind&
   if (head && tied) {
     // A tied copy: the tied matrix is the pretrained embedding again. A file with a head of
     // its own (an untied model) would lose it: refused.
-    if (const torch::Tensor own = find("head.weight"); own.defined() && !(own.sizes().equals(table.sizes()) && torch::equal(own.to(torch::kFloat), table.to(torch::kFloat)))) {
+    const torch::Tensor own = find("head.weight");
+    const bool sameAsTable =
+        !own.defined() || (own.sizes().equals(table.sizes()) && torch::equal(own.to(torch::kFloat), table.to(torch::kFloat)));
+    if (!sameAsTable) {
       throw Error("head.weight: the file's head is not its embedding (an untied model); a tied subspace model "
                   "cannot keep it: set tie_embeddings to false");
     }
