@@ -98,7 +98,9 @@ torch::Tensor SubspaceFrame::fixed(const torch::Tensor& ids) const {
 }
 
 torch::Tensor SubspaceFrame::tiedLogits(const torch::Tensor& h, const torch::Tensor& embedding) const {
-  return torch::linear(h, tokens) + torch::linear(torch::matmul(h, basis), embedding);
+  // The whole table first ([vocab, d], vocab·d·k more work): one [b, t, vocab] result, not
+  // two added, when b·t exceeds d (any training micro-batch).
+  return torch::linear(h, tokens + torch::matmul(embedding, basis.t()));
 }
 
 torch::Tensor SubspaceFrame::lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const {

@@ -28,7 +28,7 @@ struct SubspaceFrame : nn::Module {
   // h = F + c Uᵀ.
   torch::Tensor lift(const torch::Tensor& fixed, const torch::Tensor& coefficients) const;
   // A tied head's logits: h against the whole token table, the frozen rows plus the trained
-  // k-wide embedding [vocab, k] on U: h·tokensᵀ + (h·U)·embeddingᵀ.
+  // k-wide embedding [vocab, k] on U: h·(tokens + embedding·Uᵀ)ᵀ.
   torch::Tensor tiedLogits(const torch::Tensor& h, const torch::Tensor& embedding) const;
 
   torch::Tensor tokens, positions, basis;  // positions undefined without a table
