@@ -50,8 +50,8 @@ scheduler::PlannerInput plannerInput(const protocol::JobSpec& spec, const std::v
     // A subspace model: every stage must hold the frame the others hold, or one stage's
     // coefficients mean another thing to the next (a conversion's eigensolver on another
     // CPU or LAPACK could round differently).
+    const std::string first = profiles.empty() ? std::string() : profiles[0].at("compute").value("frame", std::string());
     for (size_t s = 1; s < profiles.size(); ++s) {
-      const std::string first = profiles[0].at("compute").value("frame", std::string());
       const std::string mine = profiles[s].at("compute").value("frame", std::string());
       if (mine != first) {
         throw Error(std::string(protocol::kBadModel) + "stages 0 and " + std::to_string(s) +

@@ -41,11 +41,7 @@ std::vector<std::string> adoptFactors(detail::GptSlice& slice, const std::functi
 // A pretrained GPT's tensors into a subspace slice (detail::adoptPretrained).
 std::vector<std::string> adoptSubspace(detail::SubspaceSlice& slice, const GptConfig& c, int firstLayer,
                                        const std::function<at::Tensor(const std::string&)>& find) {
-  std::vector<std::string> writers;
-  for (int i = 0; i < c.layers; ++i) {
-    writers.push_back("block" + std::to_string(i) + ".attn.proj");
-    writers.push_back("block" + std::to_string(i) + ".proj");
-  }
+  const std::vector<std::string> writers = detail::writerNames(c.layers, {"attn.proj", "proj"});
   std::vector<std::pair<std::string, torch::nn::Linear>> own;
   for (size_t i = 0; i < slice.blocks.size(); ++i) {
     const std::string block = "block" + std::to_string(firstLayer + static_cast<int>(i));

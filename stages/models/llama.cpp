@@ -245,11 +245,7 @@ std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer,
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->tokens = ids; };
     // A pretrained LLaMA into the subspace form (detail::adoptPretrained): o and down write.
     hooks.adopt = [slice, config, firstLayer](const std::function<at::Tensor(const std::string&)>& find) {
-      std::vector<std::string> writers;
-      for (int i = 0; i < config.layers; ++i) {
-        writers.push_back("block" + std::to_string(i) + ".attn.o");
-        writers.push_back("block" + std::to_string(i) + ".mlp.down");
-      }
+      const std::vector<std::string> writers = detail::writerNames(config.layers, {"attn.o", "mlp.down"});
       std::vector<std::pair<std::string, nn::Linear>> own;
       for (size_t i = 0; i < slice->blocks.size(); ++i) {
         const std::string block = "block" + std::to_string(firstLayer + static_cast<int>(i));

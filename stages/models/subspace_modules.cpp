@@ -107,6 +107,14 @@ torch::Tensor SubspaceFrame::lift(const torch::Tensor& fixed, const torch::Tenso
   return fixed + torch::matmul(coefficients, basis.t());
 }
 
+std::vector<std::string> writerNames(int layers, const std::vector<std::string>& suffixes) {
+  std::vector<std::string> names;
+  for (int i = 0; i < layers; ++i) {
+    for (const auto& suffix : suffixes) names.push_back("block" + std::to_string(i) + "." + suffix);
+  }
+  return names;
+}
+
 std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind& find,
                                          const std::vector<std::string>& writers,
                                          const std::vector<std::pair<std::string, nn::Linear>>& own,

@@ -49,6 +49,9 @@ struct SubspaceFrame : nn::Module {
 // subspace model's own frame (subspace.basis: it loads by name) or no token table d_model
 // wide. Throws skytrain::Error naming a missing or misshapen tensor.
 using TensorFind = std::function<torch::Tensor(const std::string&)>;
+// The names adoptPretrained reads: "block<i>.<suffix>" for every block of `layers` and each
+// of `suffixes` (a family's output projections: GPT's "attn.proj" and "proj").
+std::vector<std::string> writerNames(int layers, const std::vector<std::string>& suffixes);
 std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind& find,
                                          const std::vector<std::string>& writers,
                                          const std::vector<std::pair<std::string, nn::Linear>>& own,
