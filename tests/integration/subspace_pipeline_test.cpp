@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -159,4 +160,23 @@ TEST_CASE("a pretrained tied LLaMA fine-tunes as a tied subspace model on three 
   CHECK(worstLoss <= 1e-5);
   CHECK(worstParameter <= 1e-5);
   WARN("tied subspace llama from a pretrained file: max |loss diff| " << worstLoss << ", max |parameter diff| " << worstParameter);
+
+  // A crafted pretrained file (a NaN in block 2's MLP projection, which every stage reads to
+  // find U): the job fails naming the tensor, no restart, and the daemons train on.
+  stages::SafeTensors poisoned;
+  for (const auto& [name, tensor] : pretrained.tensors) {
+    at::Tensor copy = tensor.clone();
+    if (name == "block2.mlp.down.weight") copy.index_put_({0, 0}, NAN);
+    poisoned.tensors.emplace_back(name, copy);
+  }
+  const auto bad = a.dir() / "poisoned.safetensors";
+  std::ofstream(bad, std::ios::binary) << stages::encodeSafetensors(poisoned);
+  Json crafted = spec;
+  crafted["model"]["init_from"] = bad.string();
+  const Json refused = runJob(context, a.control(), crafted);
+  REQUIRE(refused["state"] == "failed");
+  CHECK(refused["restarts"] == 0);
+  CHECK_THAT(refused["error"].get<std::string>(),
+             Catch::Contains("bad model") && Catch::Contains("block2.mlp.down.weight: the file's holds a NaN"));
+  CHECK(runJob(context, a.control(), spec)["state"] == "succeeded");
 }
