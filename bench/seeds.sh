@@ -4,6 +4,7 @@
 # mean, min-max and standard deviation. Every quality figure in docs/ comes from this.
 # Usage (after deploy/build.sh): bash bench/seeds.sh JOB.json SEEDS [PYTHON-EDIT...]
 #   e.g. bash bench/seeds.sh deploy/jobs/gpt-web.json 3 's["steps"] = 300' 's["optimizer"]["lr"] = 1e-3'
+# DAEMONS=3: a third daemon for the stages between the first and the last (a 3-stage job).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 job=$1 seeds=$2
@@ -11,18 +12,21 @@ shift 2
 work=$(mktemp -d)
 source deploy/local-daemons.sh
 trap 'stop_daemons; rm -rf "$work"' EXIT
+demo_daemons=${DAEMONS:-2}
 start_demo_pair "$work"
 results=()
 for seed in $(seq 1 "$seeds"); do
-  python3 - "$job" "$corpus" "$A" "$B" "$seed" "$work/job.json" "$@" <<'PY'
+  python3 - "$job" "$corpus" "$A" "$B" "${C:-$A}" "$seed" "$work/job.json" "$@" <<'PY'
 import json, sys
-job, corpus, a, b, seed, out, *edits = sys.argv[1:]
+job, corpus, a, b, c, seed, out, *edits = sys.argv[1:]
 s = json.load(open(job))
 s["data"]["files"] = [corpus]
-s["stages"][0]["daemon"], s["stages"][-1]["daemon"] = a, b
 s["seed"] = int(seed)
 for e in edits:
     exec(e, {"s": s})
+for stage in s["stages"][1:-1]:
+    stage["daemon"] = c
+s["stages"][0]["daemon"], s["stages"][-1]["daemon"] = a, b
 json.dump(s, open(out, "w"))
 PY
   id=$(build/client/skytrain --daemon "$A" submit --detach "$work/job.json" | awk '{print $3}')

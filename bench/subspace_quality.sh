@@ -4,9 +4,10 @@
 # rank k given (model.subspace), plus each rank with the codec pair FWD/BWD on top.
 # Usage (after deploy/build.sh): bash bench/subspace_quality.sh JOB.json SEEDS "K..." [FWD/BWD] [PYTHON-EDIT...]
 #   e.g. bash bench/subspace_quality.sh deploy/jobs/gpt-web.json 3 "32 16 8 4" q13/q13
+# METHOD=cut: a learned code at each cut (model.subspace.method) instead of the shared subspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-job=$1 seeds=$2 ranks=$3 codecs=${4:-}
+job=$1 seeds=$2 ranks=$3 codecs=${4:-} method=${METHOD:-shared}
 shift 3
 [ $# -gt 0 ] && shift
 run() {  # run LABEL EDIT...: one configuration over the seeds, its summary lines prefixed
@@ -17,9 +18,9 @@ run() {  # run LABEL EDIT...: one configuration over the seeds, its summary line
 }
 run "none" 's["compression"] = {"forward": "none", "backward": "none"}' "$@"
 for k in $ranks; do
-  run "k=$k" "s[\"model\"][\"subspace\"] = {\"rank\": $k}" 's["compression"] = {"forward": "none", "backward": "none"}' "$@"
+  run "k=$k" "s[\"model\"][\"subspace\"] = {\"rank\": $k, \"method\": \"$method\"}" 's["compression"] = {"forward": "none", "backward": "none"}' "$@"
   if [ -n "$codecs" ]; then
-    run "k=$k+${codecs}" "s[\"model\"][\"subspace\"] = {\"rank\": $k}" \
+    run "k=$k+${codecs}" "s[\"model\"][\"subspace\"] = {\"rank\": $k, \"method\": \"$method\"}" \
       "s[\"compression\"] = {\"forward\": \"${codecs%/*}\", \"backward\": \"${codecs#*/}\"}" "$@"
   fi
 done

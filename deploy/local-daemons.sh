@@ -11,7 +11,8 @@
 #       exits 1 with its log if it does not start. (No $(...): a subshell would
 #       lose the pid.)
 #   start_demo_pair WORK   from the repository root: the demo corpus (build/data), keys, and
-#       two daemons whose control endpoints it puts in $A and $B; sets $corpus
+#       two daemons whose control endpoints it puts in $A and $B (with demo_daemons=3 a
+#       third in $C); sets $corpus
 #   bench_workspace                          $work, $cli and $corpus for a benchmark
 #   stop_daemons                             stops every daemon started so far
 # With insecure_daemons=1 the daemons run without keys (plaintext; loopback only), for
@@ -79,9 +80,12 @@ start_demo_pair() {
   corpus=$PWD/build/data/web.txt
   deploy/get-corpus.sh "$corpus" > /dev/null
   data_root=$PWD/build/data
-  make_keys "$1/keys" build/client/skytrain 2
+  make_keys "$1/keys" build/client/skytrain "${demo_daemons:-2}"
   start_daemon A build/daemon/skytraind "$1/a"
   start_daemon B build/daemon/skytraind "$1/b"
+  C=
+  [ "${demo_daemons:-2}" = 3 ] && start_daemon C build/daemon/skytraind "$1/c"
+  return 0
 }
 
 # bench_workspace: for a benchmark run from the repository root: $work (removed at exit, the

@@ -227,8 +227,9 @@ std::vector<std::string> checkHfConfig(const ModelSpec& m, const json& config) {
     c.equal("num_key_value_heads", c.field("num_attention_heads", 32), m.kvHeads);
     c.equal("rope_theta", 10000.0, m.ropeTheta);
     c.equal("rms_norm_eps", 1e-6, m.normEps);
-    // An untied subspace model takes a tied checkpoint too: its head starts as the embedding.
-    if (!m.subspace.enabled() || m.tieEmbeddings) c.equal("tie_word_embeddings", false, m.tieEmbeddings);
+    // An untied shared-subspace model takes a tied checkpoint too: its head starts as the
+    // embedding (a model with codes at its cuts keeps its blocks and head as they are).
+    if (!m.subspace.enabled() || m.subspace.atCuts() || m.tieEmbeddings) c.equal("tie_word_embeddings", false, m.tieEmbeddings);
     c.equal("hidden_act", "silu", "silu", "\"silu\" (SwiGLU)");
     c.equal("attention_bias", false, false, "false (bias-free linears)");
     c.equal("mlp_bias", false, false, "false (bias-free linears)");
@@ -245,7 +246,7 @@ std::vector<std::string> checkHfConfig(const ModelSpec& m, const json& config) {
     c.equal("layer_norm_epsilon", 1e-5, 1e-5, "1e-05 (the zoo's LayerNorm)");
     const json act = c.field("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh") c.add("activation_function", act, "\"gelu_new\" (GELU, tanh)");
-    if (!m.subspace.enabled() || m.tieEmbeddings) c.equal("tie_word_embeddings", true, m.tieEmbeddings);
+    if (!m.subspace.enabled() || m.subspace.atCuts() || m.tieEmbeddings) c.equal("tie_word_embeddings", true, m.tieEmbeddings);
   }
   return c.problems;
 }

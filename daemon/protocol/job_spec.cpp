@@ -264,6 +264,10 @@ JobSpec parseJobSpec(const std::string& text) {
   }
   checkReplicas(spec);
   if (isLayered(spec.model.kind)) checkTiling(spec.stages, spec.model.layers);
+  // A learned code at each cut: the model's cuts are the stage boundaries.
+  for (size_t i = 1; i < spec.stages.size() && spec.model.subspace.atCuts(); ++i) {
+    spec.model.subspace.cuts.push_back(spec.stages[i].firstLayer);
+  }
   for (size_t i = 0; i < spec.stages.size() && spec.model.subspace.enabled(); ++i) {
     if (!spec.stages[i].initFrom.empty()) {
       throw SpecError("$.stages[" + std::to_string(i) + "].init_from",

@@ -45,11 +45,18 @@ struct SplitPointSpec {
   bool keepResidual = false;
 };
 
-// A subspace model (Protocol Models; stages/models/gpt.h): every block writes into one
-// fixed k-dimensional subspace of the residual stream, so k numbers a token cross each cut.
+// A subspace model: k numbers a token cross each cut, each way, by construction
+// (stages/models/gpt.h). Method "shared" (Protocol Models): every block writes into one fixed
+// k-dimensional subspace of the residual stream. Method "cut": the blocks are unconstrained,
+// and at each stage boundary a learned code of k numbers a token (encode on the stage before,
+// decode plus an anchor embedding of the token ids on the stage after) is the model's hidden
+// state there; the model so depends on where the stages cut it.
 struct SubspaceSpec {
   int rank = 0;  // k; 0: off
+  std::string method = "shared";  // or "cut"
+  std::vector<int> cuts;  // method "cut": the layers the stages start at after the first (from $.stages)
   bool enabled() const { return rank > 0; }
+  bool atCuts() const { return rank > 0 && method == "cut"; }
 };
 
 // The model kinds a spec may name (stages/models/model_source.h has their sources).

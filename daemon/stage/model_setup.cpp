@@ -71,7 +71,9 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   c.positions = m.positions;
   c.tieEmbeddings = m.tieEmbeddings;
   c.recompute = m.recompute == "block";
-  c.subspaceRank = m.subspace.rank;
+  c.subspaceRank = m.subspace.atCuts() ? 0 : m.subspace.rank;
+  c.cutRank = m.subspace.atCuts() ? m.subspace.rank : 0;
+  c.cuts = m.subspace.cuts;
   return c;
 }
 
@@ -102,7 +104,9 @@ stages::LlamaConfig llamaConfig(const protocol::ModelSpec& m) {
   c.normEps = m.normEps;
   c.tieEmbeddings = m.tieEmbeddings;
   c.recompute = m.recompute == "block";
-  c.subspaceRank = m.subspace.rank;
+  c.subspaceRank = m.subspace.atCuts() ? 0 : m.subspace.rank;
+  c.cutRank = m.subspace.atCuts() ? m.subspace.rank : 0;
+  c.cuts = m.subspace.cuts;
   return c;
 }
 

@@ -19,7 +19,8 @@ Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch]
   chooses the codecs from the default lossless-quality list), pred (q13+pred / q13+rot: 8x
   fewer bytes both ways, 2 stages only), q13 (q13 / q13+rot, any cut), subspace (a subspace
   model, model.subspace rank SUBSPACE_RANK, default 2 of d_model 64: 32x fewer numbers at
-  every cut, uncompressed) and subspace-q13 (the same with q13 on its coefficients), and the
+  every cut, uncompressed) and subspace-q13 (the same with q13 on its coefficients), cut and
+  cut-q13 (the same rank as a learned code at each cut: model.subspace.method "cut"), and the
   same under the one-step-delayed update: none-delayed, auto-delayed. A_SWEEP="2 4 8" also runs the single
   cloud (synchronous, none) at each of these m and takes the fastest as the baseline of the
   ratio column.
@@ -139,6 +140,7 @@ def link_limit(r, stages, rate_mbit, delay_s, delayed=False):
 
 
 SUBSPACE = {"subspace": {"rank": int(os.environ.get("SUBSPACE_RANK", "2"))}}
+CUT = {"subspace": {"rank": SUBSPACE["subspace"]["rank"], "method": "cut"}}
 STRATEGIES_A = {  # name: (label, forward, backward, update, model fields)
     "none": ("none", "none", "none", "sync", None),
     "article": (f"{ARTICLE_FWD} / int8", ARTICLE_FWD, "int8", "sync", None),
@@ -147,6 +149,8 @@ STRATEGIES_A = {  # name: (label, forward, backward, update, model fields)
     "q13": ("q13 / q13+rot", "q13", "q13+rot", "sync", None),
     "subspace": (f"subspace k = {SUBSPACE['subspace']['rank']}, none / none", "none", "none", "sync", SUBSPACE),
     "subspace-q13": (f"subspace k = {SUBSPACE['subspace']['rank']}, q13 / q13", "q13", "q13", "sync", SUBSPACE),
+    "cut": (f"learned code at each cut k = {CUT['subspace']['rank']}, none / none", "none", "none", "sync", CUT),
+    "cut-q13": (f"learned code at each cut k = {CUT['subspace']['rank']}, q13 / q13", "q13", "q13", "sync", CUT),
     "none-delayed": ("none, delayed update", "none", "none", "delayed", None),
     "auto-delayed": ("auto / auto, delayed update", "auto", "auto", "delayed", None),
 }

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "scheduler/error.h"
 #include "stages/models/gpt_modules.h"
 #include "stages/models/subspace_modules.h"
@@ -74,6 +76,12 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
   hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
   hooks.loss = std::move(loss);
   hooks.adopt = [slice](const std::function<at::Tensor(const std::string&)>& find) { return adoptFactors(*slice, find); };
+  if (config.cutRank > 0) {  // a learned code at the cuts (no split point then)
+    hooks.setTokens = [slice](const at::Tensor& ids) { slice->setTokens(ids); };
+    hooks.adopt = [slice](const std::function<at::Tensor(const std::string&)>& find) {
+      return slice->cuts.adopt(find, [](int layer) { return detail::writerNames(layer, {"attn.proj", "proj"}); });
+    };
+  }
   return std::make_unique<ModuleStage>(std::move(hooks));
 }
 
@@ -84,6 +92,9 @@ int64_t subspaceFrameCount(int64_t vocab, int64_t width, int64_t rank, int64_t p
 std::vector<int64_t> gptInputShape(const GptConfig& c, int firstLayer, int64_t samples) {
   if (firstLayer == 0) return {samples, c.seqLen};
   if (c.subspaceRank > 0) return {samples, c.seqLen, c.subspaceRank};
+  if (c.cutRank > 0 && std::find(c.cuts.begin(), c.cuts.end(), firstLayer) != c.cuts.end()) {
+    return {samples, c.seqLen, c.cutRank};
+  }
   int64_t width = c.dModel;
   if (c.split.enabled() && c.split.block == firstLayer - 1) width = c.split.rank + (c.split.keepResidual ? c.dModel : 0);
   return {samples, c.seqLen, width};
@@ -97,7 +108,28 @@ double gptStashBytesPerSample(const GptConfig& c, int firstLayer, int lastLayer)
                                                    : (lastLayer - firstLayer) * block;
   if (lastLayer == c.layers) floats += 2.0 * t * (c.outputs > 0 ? c.outputs : c.vocabSize);
   if (c.subspaceRank > 0) floats += (lastLayer - firstLayer + 1) * 2.0 * t * c.dModel;  // F and each rebuilt h
+  floats += cutCodeStashFloats(c.cutRank, c.cuts, firstLayer, lastLayer, t, c.dModel);
   return 4.0 * floats;
+}
+
+double cutCodeStashFloats(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, double seqLen,
+                          int64_t width) {
+  double floats = 0;
+  for (const int layer : cuts) {  // a code and the hidden state rebuilt from it
+    if (rank > 0 && layer >= firstLayer && layer <= lastLayer) floats += seqLen * (rank + width);
+  }
+  return floats;
+}
+
+int64_t cutCodeParameterCount(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, int64_t vocab,
+                              int64_t width, int64_t positions) {
+  int64_t count = 0;
+  for (const int layer : cuts) {
+    if (rank <= 0 || layer < firstLayer || layer > lastLayer) continue;
+    if (layer > firstLayer) count += width * rank;                                  // encode
+    if (layer < lastLayer) count += rank * width + (vocab + positions) * width;     // decode, anchor
+  }
+  return count;
 }
 
 int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
@@ -118,6 +150,8 @@ int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
   if (c.adapter > 0) block += (c.crossAttention ? 3 : 2) * (2 * d * c.adapter + c.adapter + d);
   int64_t count = block * (lastLayer - firstLayer);
   if (firstLayer == 0) count += c.vocabSize * d + int64_t{c.positions > 0 ? c.positions : c.seqLen} * d;
+  count += cutCodeParameterCount(c.cutRank, c.cuts, firstLayer, lastLayer, c.vocabSize, d,
+                                 c.positions > 0 ? c.positions : c.seqLen);
   if (lastLayer == c.layers) count += 2 * d;
   const bool tiedHere = c.tieEmbeddings && firstLayer == 0;
   if (lastLayer == c.layers && c.head && !tiedHere) count += c.outputs > 0 ? (d + 1) * c.outputs : d * c.vocabSize;

@@ -59,6 +59,15 @@ struct GptConfig {
   // stage rebuilds F from the token ids it reads itself, so exactly k numbers a token cross a
   // cut, and the gradient crossing back is the k-wide dL/dc. The head reads the whole h.
   int subspaceRank = 0;
+  // A learned code at each cut (model.subspace method "cut") when > 0: the blocks are
+  // unconstrained, and at each layer in `cuts` the hidden state becomes
+  // tokens[id] + positions[t] + decode(encode(h)), encode d_model -> k and decode k -> d_model
+  // learned, and the anchor tables (d_model wide) learned by the stage after the cut. A stage
+  // ending at a cut sends encode(h), k numbers a token; the one starting there rebuilds its
+  // input from them and the token ids; the gradient crossing back is the k-wide dL/dcode.
+  // Cuts inside a stage (the whole model in one process) compute the same.
+  int cutRank = 0;
+  std::vector<int> cuts;  // the layers a cut precedes, each in (0, layers)
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds
@@ -92,5 +101,14 @@ int64_t gptParameterCount(const GptConfig& config, int firstLayer, int lastLayer
 // Elements of a subspace model's frozen frame, which every stage holds: a vocab x width token
 // table, a positions x width position table (none at 0: a LLaMA's), a width x rank basis.
 int64_t subspaceFrameCount(int64_t vocab, int64_t width, int64_t rank, int64_t positions);
+
+// A learned code at the cuts (GptConfig::cutRank, LlamaConfig::cutRank) in blocks
+// [firstLayer, lastLayer): the parameters of the cut sides the stage holds (encode before a
+// cut, decode and the anchor tables after it; positions 0 for a LLaMA), and the floats a
+// sample keeps for the backward (each code and the hidden state rebuilt from it).
+int64_t cutCodeParameterCount(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, int64_t vocab,
+                              int64_t width, int64_t positions);
+double cutCodeStashFloats(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, double seqLen,
+                          int64_t width);
 
 }  // namespace skytrain::stages

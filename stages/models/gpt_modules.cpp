@@ -157,10 +157,11 @@ std::string FactoredBlock::layerName() const {
   return "block" + std::to_string(index) + (split.layer == SplitPoint::Layer::Fc ? ".fc" : ".proj");
 }
 
-GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout) {
+GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout), first(first) {
+  const int64_t positions = c.positions > 0 ? c.positions : c.seqLen;
   if (first == 0) {
     tok = register_module("tok_emb", nn::Embedding(c.vocabSize, c.dModel));
-    pos = register_parameter("pos_emb", torch::zeros({c.positions > 0 ? c.positions : c.seqLen, c.dModel}));
+    pos = register_parameter("pos_emb", torch::zeros({positions, c.dModel}));
   }
   const int k = c.split.block;
   auto add = [this](int index, std::shared_ptr<BlockBase> block) {
@@ -170,7 +171,9 @@ GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout)
   // that another stage follows.
   const bool backLeaves = c.split.enabled() && k == last - 1 && last < c.layers;
   if (c.split.enabled() && k == first - 1) add(k, std::make_shared<FactoredBlock>(c, k, false, true));
+  if (c.cutRank > 0) cuts = SliceCuts(c.cuts, first, last, c.vocabSize, c.dModel, c.cutRank, positions);
   for (int i = first; i < last; ++i) {
+    cuts.registerBefore(*this, i);
     if (c.split.enabled() && i == k) {
       add(i, std::make_shared<FactoredBlock>(c, i, true, !backLeaves));
     } else {
@@ -180,6 +183,7 @@ GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout)
   if (c.recompute) {
     for (auto& block : blocks) recomputable.emplace_back([b = block.get()](const torch::Tensor& x) { return b->forward(x, {}); });
   }
+  cuts.registerBefore(*this, last);
   if (last == c.layers) {
     lnF = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({c.dModel})));
     if (c.head && c.tieEmbeddings && tok) {
@@ -210,11 +214,14 @@ torch::Tensor GptSlice::features(const torch::Tensor& input, const torch::Tensor
     }
     x = torch::dropout(tok->forward(input) + pos.slice(0, 0, input.size(1)), dropout, is_training());
   }
+  const torch::Tensor ids = tok ? input : tokens;
+  if (cuts.any()) x = cuts.enter(x, ids);
   for (size_t i = 0; i < blocks.size(); ++i) {
+    if (cuts.any()) x = cuts.inside(first + static_cast<int>(i), x, ids);
     x = recomputable.empty() || memory.defined() ? blocks[i]->forward(x, memory)
                                                  : recomputed(recomputable[i], x, dropout > 0 && is_training());
   }
-  return lnF ? lnF->forward(x) : x;
+  return lnF ? lnF->forward(x) : cuts.leave(x);
 }
 
 void initialiseParameters(nn::Module& module, const GptConfig& c, uint64_t seed) {
@@ -271,11 +278,12 @@ void validate(const GptConfig& c, int first, int last) {
     throw Error("gpt: subspace rank " + std::to_string(c.subspaceRank) + " is not in [1, d_model " +
                 std::to_string(c.dModel) + "]");
   }
-  if (c.subspaceRank > 0 && (c.split.enabled() || c.adapter > 0 || c.crossAttention || c.outputs > 0 || !c.head ||
-                             !c.causal)) {
+  if ((c.subspaceRank > 0 || c.cutRank > 0) && (c.split.enabled() || c.adapter > 0 || c.crossAttention ||
+                                                 c.outputs > 0 || !c.head || !c.causal)) {
     throw Error("gpt: a subspace model is a causal decoder with a vocabulary head, without split point, adapters "
                 "or cross-attention");
   }
+  checkCuts("gpt", c.cutRank, c.cuts, c.dModel, c.layers, c.subspaceRank);
   if (c.split.enabled()) {
     const int maxRank = std::min(c.dModel, c.dFf);
     if (c.split.block >= c.layers) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "stages/models/cut_code.h"
 #include "stages/models/gpt.h"
 #include "stages/recompute.h"
 
@@ -98,6 +99,9 @@ struct GptSlice : nn::Module {
   torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& memory = {});
   // forward() without the head: what the head would take (ln_f's output on the last slice).
   torch::Tensor features(const torch::Tensor& input, const torch::Tensor& memory = {});
+  // The token ids of the micro-batch the next forward runs (a slice after the first with a
+  // learned code at its cuts: GptConfig::cutRank).
+  void setTokens(const torch::Tensor& ids) { tokens = ids; }
 
   double dropout;
   nn::Embedding tok{nullptr};
@@ -107,6 +111,9 @@ struct GptSlice : nn::Module {
   nn::Linear head{nullptr};
   bool tiedHead = false;  // the head is tok's matrix (tied embeddings, both ends in this slice)
   std::vector<BlockFunction> recomputable;  // recompute: each block's forward without memory
+  int first = 0;
+  SliceCuts cuts;  // GptConfig::cutRank: the learned codes at the cuts it touches
+  torch::Tensor tokens;
 };
 
 // GPT-2's rule for every parameter of `module`, from (seed, its global name) alone: norms at

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -112,13 +113,18 @@ struct Block : nn::Module {
 };
 
 struct Slice : nn::Module {
-  Slice(const LlamaConfig& c, int first, int last, uint64_t seed) : rank(c.subspaceRank) {
+  Slice(const LlamaConfig& c, int first, int last, uint64_t seed) : rank(c.subspaceRank), first(first) {
     if (rank > 0) {
       frame = register_module("subspace", std::make_shared<detail::SubspaceFrame>(c.vocabSize, c.dModel, rank, 0, seed));
     }
 
     if (first == 0) tok = register_module("tok_emb", nn::Embedding(c.vocabSize, rank > 0 ? rank : c.dModel));
-    for (int i = first; i < last; ++i) blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>(c)));
+    if (c.cutRank > 0) cuts = detail::SliceCuts(c.cuts, first, last, c.vocabSize, c.dModel, c.cutRank, 0);
+    for (int i = first; i < last; ++i) {
+      cuts.registerBefore(*this, i);
+      blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>(c)));
+    }
+    cuts.registerBefore(*this, last);
     for (auto& block : blocks) {
       if (!c.recompute) break;
       if (frame) {  // the replay gets [c, F] and splits it
@@ -149,10 +155,13 @@ struct Slice : nn::Module {
     if (x.size(1) > seqLen) {
       throw Error("sequence length " + std::to_string(x.size(1)) + " exceeds the model's " + std::to_string(seqLen));
     }
+    const torch::Tensor ids = tok ? input : tokens;
+    if (cuts.any()) x = cuts.enter(x, ids);
     for (size_t i = 0; i < blocks.size(); ++i) {
+      if (cuts.any()) x = cuts.inside(first + static_cast<int>(i), x, ids);
       x = recomputable.empty() ? blocks[i]->forward(x) : recomputed(recomputable[i], x, /*replayRng=*/false);
     }
-    if (!norm) return x;
+    if (!norm) return cuts.leave(x);
     x = norm->forward(x);
     return head ? linear(*head, x) : torch::linear(x, tok->weight);
   }
@@ -184,6 +193,8 @@ struct Slice : nn::Module {
   int64_t rank = 0;
   std::shared_ptr<detail::SubspaceFrame> frame;
   torch::Tensor tokens;  // a subspace slice after the first: the ids of the next forward's input
+  int first = 0;
+  detail::SliceCuts cuts;  // LlamaConfig::cutRank: the learned codes at the cuts it touches
   int64_t seqLen = 0;
   nn::Embedding tok{nullptr};
   std::vector<std::shared_ptr<Block>> blocks;
@@ -232,6 +243,7 @@ void validateLlama(const LlamaConfig& c, int first, int last) {
     throw Error("llama: subspace rank " + std::to_string(c.subspaceRank) + " is not in [1, d_model " +
                 std::to_string(c.dModel) + "]");
   }
+  detail::checkCuts("llama", c.cutRank, c.cuts, c.dModel, c.layers, c.subspaceRank);
 }
 
 std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer, int lastLayer, uint64_t seed) {
@@ -241,6 +253,12 @@ std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer,
   initialise(*slice, config, seed);
   ModuleHooks hooks = ModuleStage::hooksOf(slice);
   hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
+  if (slice->cuts.any()) {
+    hooks.setTokens = [slice](const at::Tensor& ids) { slice->tokens = ids; };
+    hooks.adopt = [slice](const std::function<at::Tensor(const std::string&)>& find) {
+      return slice->cuts.adopt(find, [](int layer) { return detail::writerNames(layer, {"attn.o", "mlp.down"}); });
+    };
+  }
   if (slice->frame) {
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->tokens = ids; };
     // A pretrained LLaMA into the subspace form (detail::adoptPretrained): o and down write.
@@ -260,6 +278,9 @@ std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer,
 
 std::vector<int64_t> llamaInputShape(const LlamaConfig& c, int firstLayer, int64_t samples) {
   if (firstLayer == 0) return {samples, c.seqLen};
+  if (c.cutRank > 0 && std::find(c.cuts.begin(), c.cuts.end(), firstLayer) != c.cuts.end()) {
+    return {samples, c.seqLen, c.cutRank};
+  }
   return {samples, c.seqLen, c.subspaceRank > 0 ? c.subspaceRank : c.dModel};
 }
 
@@ -270,6 +291,7 @@ double llamaStashBytesPerSample(const LlamaConfig& c, int firstLayer, int lastLa
   double floats = c.recompute ? (lastLayer - firstLayer) * t * c.dModel + block : (lastLayer - firstLayer) * block;
   if (lastLayer == c.layers) floats += 2.0 * t * c.vocabSize;
   if (c.subspaceRank > 0) floats += (lastLayer - firstLayer + 1) * 2.0 * t * c.dModel;  // F and each rebuilt h
+  floats += cutCodeStashFloats(c.cutRank, c.cuts, firstLayer, lastLayer, t, c.dModel);
   return 4.0 * floats;
 }
 
@@ -290,6 +312,7 @@ int64_t llamaParameterCount(const LlamaConfig& c, int firstLayer, int lastLayer)
   const int64_t block = 2 * d + d * c.heads * hd * 2 + 2 * d * c.kvHeads * hd + 3 * d * int64_t{c.dFf};
   int64_t count = block * (lastLayer - firstLayer);
   if (firstLayer == 0) count += int64_t{c.vocabSize} * d;
+  count += cutCodeParameterCount(c.cutRank, c.cuts, firstLayer, lastLayer, c.vocabSize, d, 0);
   if (lastLayer == c.layers) count += d + (c.tieEmbeddings && firstLayer == 0 ? 0 : int64_t{c.vocabSize} * d);
   return count;
 }

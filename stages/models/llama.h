@@ -30,6 +30,9 @@ struct LlamaConfig {
   // positions are rotary): h = F + c Uᵀ, the token embedding's trainable part k wide, o and
   // down writing k numbers, k numbers a token at each cut.
   int subspaceRank = 0;
+  // A learned code at each cut (as GptConfig::cutRank, the anchor a token table only).
+  int cutRank = 0;
+  std::vector<int> cuts;
 };
 
 // Stage holding blocks [firstLayer, lastLayer): the first also holds the token embedding

@@ -61,9 +61,21 @@ torch::Tensor orthonormalColumns(const torch::Tensor& matrix) {
   return transposed.t().contiguous().to(torch::kFloat);
 }
 
-// `t`, the file's tensor `name`, checked to be [rows, columns] (-1: any) and finite, or an
-// error naming it.
-torch::Tensor checked(const torch::Tensor& t, const std::string& name, int64_t rows, int64_t columns, const char* what) {
+// The file's tensor `name`, checked as `checked` does, in float64.
+torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t rows, int64_t columns, const char* what) {
+  return checkedFileTensor(find(name), name, rows, columns, what).to(torch::kDouble);
+}
+
+// A writer's bias, checked d_model wide and finite, in float64; undefined when it has none.
+torch::Tensor writerBias(const TensorFind& find, const std::string& name, int64_t width) {
+  const torch::Tensor b = find(name + ".bias");
+  if (!b.defined()) return b;
+  return checkedFileTensor(b.view({1, -1}), name + ".bias", 1, width, "").view({-1}).to(torch::kDouble);
+}
+
+}  // namespace
+
+torch::Tensor checkedFileTensor(const torch::Tensor& t, const std::string& name, int64_t rows, int64_t columns, const char* what) {
   if (!t.defined()) {
     throw Error(name + ": not in the file; converting a pretrained model into the subspace form reads " + what);
   }
@@ -76,13 +88,6 @@ torch::Tensor checked(const torch::Tensor& t, const std::string& name, int64_t r
   if (!torch::isfinite(t).all().item<bool>()) throw Error(name + ": the file's holds a NaN or an infinity");
   return t;
 }
-
-// The file's tensor `name`, checked as `checked` does, in float64.
-torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t rows, int64_t columns, const char* what) {
-  return checked(find(name), name, rows, columns, what).to(torch::kDouble);
-}
-
-}  // namespace
 
 SubspaceFrame::SubspaceFrame(int64_t vocab, int64_t width, int64_t rank, int64_t positions, uint64_t seed) {
   tokens = register_buffer("tokens", drawPortable<float>("subspace.tokens", vocab, width, 0.02, seed));
@@ -115,28 +120,15 @@ std::vector<std::string> writerNames(int layers, const std::vector<std::string>&
   return names;
 }
 
-std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind& find,
-                                         const std::vector<std::string>& writers,
-                                         const std::vector<std::pair<std::string, nn::Linear>>& own,
-                                         const nn::Embedding& tok, const torch::Tensor& pos, const nn::Linear& head,
-                                         bool tied) {
-  const int64_t width = frame.basis.size(0), rank = frame.basis.size(1);
-  const torch::Tensor table = find("tok_emb.weight");
-  if (find("subspace.basis").defined() || !table.defined() || table.dim() != 2 || table.size(1) != width) return {};
+torch::Tensor writerBasis(const TensorFind& find, const std::vector<std::string>& writers, int64_t width, int64_t rank) {
   torch::NoGradGuard noGrad;
-  const torch::Tensor tokens = checked(table, "tok_emb.weight", frame.tokens.size(0), width, "the token table");
-  // U: the top k eigenvectors of the writers' Gram matrix, sum of W Wᵀ (+ b bᵀ), one writer
-  // in float64 at a time (a 7B model's would take 16 GB at once).
-  const auto bias = [&](const std::string& name) {
-    const torch::Tensor b = find(name + ".bias");
-    if (!b.defined()) return b;
-    return checked(b.view({1, -1}), name + ".bias", 1, width, "").view({-1}).to(torch::kDouble);
-  };
+  // The top k eigenvectors of the writers' Gram matrix, sum of W Wᵀ (+ b bᵀ), one writer in
+  // float64 at a time (a 7B model's would take 16 GB at once).
   torch::Tensor gram = torch::zeros({width, width}, torch::kDouble);
   for (const auto& name : writers) {
     const torch::Tensor w = matrix(find, name + ".weight", width, -1, "every block's output projections");
     gram += w.mm(w.t());
-    if (const torch::Tensor b = bias(name); b.defined()) gram += torch::outer(b, b);
+    if (const torch::Tensor b = writerBias(find, name, width); b.defined()) gram += torch::outer(b, b);
   }
   if (!torch::isfinite(gram).all().item<bool>()) throw Error("the output projections' Gram matrix overflows float64");
   torch::Tensor u;
@@ -146,22 +138,38 @@ std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind&
     throw Error(std::string("the output projections' Gram matrix has no eigenvectors: ") + e.what_without_backtrace());
   }
   const torch::Tensor pivots = u.abs().argmax(0, /*keepdim=*/true);
-  u = u * torch::where(u.gather(0, pivots) < 0, -1.0, 1.0);
-  frame.basis.copy_(u);
+  return u * torch::where(u.gather(0, pivots) < 0, -1.0, 1.0);
+}
+
+torch::Tensor splitTable(const torch::Tensor& full, const torch::Tensor& basis, torch::Tensor& outside) {
+  torch::NoGradGuard noGrad;
+  const int64_t rank = basis.size(1);
+  torch::Tensor inside = torch::empty({full.size(0), rank}, torch::kFloat);
+  for (int64_t row = 0; row < full.size(0); row += 4096) {
+    const int64_t n = std::min<int64_t>(4096, full.size(0) - row);
+    const torch::Tensor rows = full.narrow(0, row, n).to(torch::kDouble);
+    const torch::Tensor part = rows.mm(basis);
+    inside.narrow(0, row, n).copy_(part);
+    outside.narrow(0, row, n).copy_(rows - part.mm(basis.t()));
+  }
+  return inside;
+}
+
+std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind& find,
+                                         const std::vector<std::string>& writers,
+                                         const std::vector<std::pair<std::string, nn::Linear>>& own,
+                                         const nn::Embedding& tok, const torch::Tensor& pos, const nn::Linear& head,
+                                         bool tied) {
+  const int64_t width = frame.basis.size(0), rank = frame.basis.size(1);
+  const torch::Tensor table = find("tok_emb.weight");
+  if (find("subspace.basis").defined() || !table.defined() || table.dim() != 2 || table.size(1) != width) return {};
+  torch::NoGradGuard noGrad;
+  const torch::Tensor tokens = checkedFileTensor(table, "tok_emb.weight", frame.tokens.size(0), width, "the token table");
+  const auto bias = [&](const std::string& name) { return writerBias(find, name, width); };
+  frame.basis.copy_(writerBasis(find, writers, width, rank));
   const torch::Tensor basis = frame.basis.to(torch::kDouble);  // as the model runs it
-  // A table's part inside U (returned, it trains) and outside (frozen, into `fixed`), in
-  // float64 a block of rows at a time (a 128k x 4096 table would take 4 GB at once).
-  const auto split = [&](const torch::Tensor& full, torch::Tensor& fixed) {
-    torch::Tensor inside = torch::empty({full.size(0), rank}, torch::kFloat);
-    for (int64_t row = 0; row < full.size(0); row += 4096) {
-      const int64_t n = std::min<int64_t>(4096, full.size(0) - row);
-      const torch::Tensor rows = full.narrow(0, row, n).to(torch::kDouble);
-      const torch::Tensor part = rows.mm(basis);
-      inside.narrow(0, row, n).copy_(part);
-      fixed.narrow(0, row, n).copy_(rows - part.mm(basis.t()));
-    }
-    return inside;
-  };
+  // A table's part inside U (returned, it trains) and outside (frozen, into `fixed`).
+  const auto split = [&](const torch::Tensor& full, torch::Tensor& fixed) { return splitTable(full, basis, fixed); };
   std::vector<std::string> set = {"subspace.tokens", "subspace.basis"};
   const torch::Tensor tokenCoefficients = split(tokens, frame.tokens);
   if (tok) {
@@ -185,7 +193,7 @@ std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind&
     set.push_back("head.weight");
   }
   if (frame.positions.defined()) {
-    const torch::Tensor positions = checked(find("pos_emb"), "pos_emb", frame.positions.size(0), width, "the position table");
+    const torch::Tensor positions = checkedFileTensor(find("pos_emb"), "pos_emb", frame.positions.size(0), width, "the position table");
     const torch::Tensor positionCoefficients = split(positions, frame.positions);
     set.push_back("subspace.positions");
     if (pos.defined()) {

@@ -52,6 +52,19 @@ using TensorFind = std::function<torch::Tensor(const std::string&)>;
 // The names adoptPretrained reads: "block<i>.<suffix>" for every block of `layers` and each
 // of `suffixes` (a family's output projections: GPT's "attn.proj" and "proj").
 std::vector<std::string> writerNames(int layers, const std::vector<std::string>& suffixes);
+// `t`, a file's tensor `name`, checked to be [rows, columns] (-1: any), floating and finite,
+// or a skytrain::Error naming it (`what`: what the conversion reads it as, for a missing one).
+torch::Tensor checkedFileTensor(const torch::Tensor& t, const std::string& name, int64_t rows, int64_t columns,
+                                const char* what);
+// U for a conversion: the top `rank` eigenvectors (float64, [width, rank]) of the Gram
+// matrix of `writers` (names without ".weight", each [width, n], biases too), each column's
+// largest entry made positive. Throws skytrain::Error naming a missing, misshapen or
+// non-finite tensor, or when the eigensolver fails.
+torch::Tensor writerBasis(const TensorFind& find, const std::vector<std::string>& writers, int64_t width, int64_t rank);
+// A table [rows, width]'s coordinates in `basis` (float64 [width, k]) as float [rows, k],
+// its part outside the basis written into `outside`; in float64 4,096 rows at a time (a
+// 128k x 4096 table would take 4 GB at once).
+torch::Tensor splitTable(const torch::Tensor& full, const torch::Tensor& basis, torch::Tensor& outside);
 std::vector<std::string> adoptPretrained(SubspaceFrame& frame, const TensorFind& find,
                                          const std::vector<std::string>& writers,
                                          const std::vector<std::pair<std::string, nn::Linear>>& own,

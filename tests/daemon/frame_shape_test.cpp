@@ -155,10 +155,14 @@ TEST_CASE("a fan-in consumer refuses token IDs outside the vocabulary and flags 
 }
 
 TEST_CASE("a subspace stage takes k coefficients a token: a d_model-wide frame is refused before decoding") {
-  // Stage 1 of 3 of a subspace model (k = 4, d_model 16) reads the data itself (its token ids).
+  // Stage 1 of 3 of a subspace model (k = 4, d_model 16) reads the data itself (its token ids);
+  // both methods, the shared subspace and a learned code at each cut.
+  const std::string method = GENERATE(as<std::string>{}, "shared", "cut");
+  CAPTURE(method);
   protocol::JobSpec spec = protocol::parseJobSpec(R"({"steps": 2, "batch_size": 2, "micro_batches": 1,
     "schedule": "1f1b", "peer_timeout_s": 1,
-    "model": {"d_model": 16, "heads": 2, "layers": 3, "d_ff": 32, "seq_len": 8, "subspace": {"rank": 4}},
+    "model": {"d_model": 16, "heads": 2, "layers": 3, "d_ff": 32, "seq_len": 8,
+              "subspace": {"rank": 4, "method": ")" + method + R"("}},
     "data": {"files": [")" SKYTRAIN_TEST_CORPUS R"("]},
     "stages": [{"daemon": "tcp://a:1", "layers": [0, 1]}, {"daemon": "tcp://b:1", "layers": [1, 2]},
                {"daemon": "tcp://c:1", "layers": [2, 3]}]})");

@@ -219,3 +219,25 @@ TEST_CASE("subspace: a rank for the gpt decoders; what would leave the subspace 
   untied["model"]["subspace"] = {{"rank", 8}};
   CHECK(parseJobSpec(untied.dump()).model.subspace.rank == 8);
 }
+
+TEST_CASE("subspace method \"cut\": a learned code at each stage boundary, the cuts read from the stages") {
+  json spec = validSpec();
+  spec["model"]["subspace"] = {{"rank", 8}, {"method", "cut"}};
+  spec["stages"] = {{{"daemon", "tcp://127.0.0.1:7100"}, {"layers", {0, 1}}},
+                    {{"daemon", "tcp://127.0.0.1:7110"}, {"layers", {1, 3}}},
+                    {{"daemon", "tcp://127.0.0.1:7120"}, {"layers", {3, 4}}}};
+  const auto parsed = parseJobSpec(spec.dump());
+  CHECK(parsed.model.subspace.atCuts());
+  CHECK(parsed.model.subspace.cuts == std::vector<int>{1, 3});
+  CHECK(skytrain::protocol::readsData(parsed, 1));  // the anchors read the token ids
+  spec["model"]["subspace"].erase("method");
+  CHECK_FALSE(parseJobSpec(spec.dump()).model.subspace.atCuts());
+  CHECK(parseJobSpec(spec.dump()).model.subspace.cuts.empty());
+  spec["model"]["subspace"]["method"] = "everywhere";
+  CHECK(refusal(spec).first == "$.model.subspace.method");
+  spec["model"]["subspace"]["method"] = 3;
+  CHECK(refusal(spec).first == "$.model.subspace.method");
+  spec["model"]["subspace"]["method"] = "cut";
+  spec["model"]["split_point"] = {{"block", 1}};
+  CHECK(refusal(spec).second.find("split_point") != std::string::npos);
+}

@@ -24,12 +24,12 @@ namespace {
 constexpr int kRank = 4, kDModel = 32, kBatch = 8, kSeq = 16;
 
 Json subspaceSpec(const std::string& schedule, int microBatches, const TestDaemon& a, const TestDaemon& b,
-                  const TestDaemon& c, const std::string& kind = "gpt") {
+                  const TestDaemon& c, const std::string& kind = "gpt", const std::string& method = "shared") {
   Json spec = equivalenceSpec(schedule, microBatches, a.control(), b.control());
   spec["name"] = "subspace";
   spec["model"]["kind"] = kind;
   if (kind == "llama") spec["model"]["kv_heads"] = 2;
-  spec["model"]["subspace"] = {{"rank", kRank}};
+  spec["model"]["subspace"] = {{"rank", kRank}, {"method", method}};
   spec["stages"] = {{{"daemon", a.control()}, {"layers", {0, 1}}},
                     {{"daemon", b.control()}, {"layers", {1, 3}}},
                     {{"daemon", c.control()}, {"layers", {3, 4}}}};
@@ -38,32 +38,40 @@ Json subspaceSpec(const std::string& schedule, int microBatches, const TestDaemo
 
 }  // namespace
 
+// Both methods: a shared subspace every block writes into, and a learned code at each cut
+// (the one process then holds the two cuts inside it).
 TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a token across each cut",
           "[integration]") {
   TestDaemon a("sa"), b("sb"), c("sc");
   zmq::context_t context;
   const std::string kind = GENERATE(as<std::string>{}, "gpt", "llama");
-  const Trained reference = trainReference(subspaceSpec("gpipe", 1, a, b, c, kind));
+  const std::string method = GENERATE(as<std::string>{}, "shared", "cut");
+  const Trained reference = trainReference(subspaceSpec("gpipe", 1, a, b, c, kind, method));
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b");
   const int m = GENERATE(1, 2);
-  CAPTURE(kind, schedule, m);
-  const Json status = runJob(context, a.control(), subspaceSpec(schedule, m, a, b, c, kind));
+  CAPTURE(kind, method, schedule, m);
+  const Json status = runJob(context, a.control(), subspaceSpec(schedule, m, a, b, c, kind, method));
   REQUIRE(status["state"] == "succeeded");
   REQUIRE(status["steps"].size() == kEquivalenceSteps);
 
   // The byte formula: per cut and direction, batch x seq x k float32 numbers a step, where the
   // unconstrained model sends d_model: k / d_model of its bytes (here 1/8). What else crosses
   // (the clipping norm's exchange) is the same in both, and step 1 also carries the probes.
-  Json plainSpec = subspaceSpec(schedule, m, a, b, c, kind);
+  Json plainSpec = subspaceSpec(schedule, m, a, b, c, kind, method);
   plainSpec["model"].erase("subspace");
   const Json plain = runJob(context, a.control(), plainSpec);
   REQUIRE(plain["state"] == "succeeded");
+  // The clipping norm's exchange carries one float per parameter tensor of the stages below
+  // a link: the codes add theirs (gpt: stage 2's cut3.{decode, tokens, positions} up to
+  // stage 1, those and stage 1's cut1.{decode, tokens, positions} and cut3.encode up to stage
+  // 0, 10 floats; llama, without position tables, 7).
   auto payload = [](int width) { return 2 /*cuts*/ * 2 /*directions*/ * double{kBatch} * kSeq * width * 4; };
+  const double norms = method == "cut" ? 4.0 * (kind == "gpt" ? 10 : 7) : 0.0;
   for (int step = 1; step < kEquivalenceSteps; ++step) {
     const double rest = plain["steps"][step]["bytes_raw"].get<double>() - payload(kDModel);
     CHECK(rest >= 0);
     CHECK(rest < 0.05 * payload(kRank));
-    CHECK(status["steps"][step]["bytes_raw"].get<double>() == payload(kRank) + rest);
+    CHECK(status["steps"][step]["bytes_raw"].get<double>() == payload(kRank) + rest + norms);
   }
 
   double worstLoss = 0;
@@ -105,14 +113,20 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
       REQUIRE(exported.count(name));
       CHECK(torch::equal(exported.at(name), weights.at(name)));
     }
-    REQUIRE(exported.count("subspace.basis"));
-    CHECK(exported.at("subspace.basis").sizes() == c10::IntArrayRef({kDModel, kRank}));
-    CHECK(exported.count("subspace.tokens"));
+    if (method == "shared") {
+      REQUIRE(exported.count("subspace.basis"));
+      CHECK(exported.at("subspace.basis").sizes() == c10::IntArrayRef({kDModel, kRank}));
+      CHECK(exported.count("subspace.tokens"));
+    } else {
+      REQUIRE(exported.count("cut1.encode.weight"));
+      CHECK(exported.at("cut1.encode.weight").sizes() == c10::IntArrayRef({kRank, kDModel}));
+      CHECK(exported.count("cut3.tokens"));
+    }
     client::ExportOptions hf;
     hf.format = "hf";
     CHECK(client::exportWeights(options, job, (a.dir() / "subspace-hf").string(), hf) != 0);
   }
-    WARN(kind << " " << schedule << " m=" << m << ": max |loss diff| " << worstLoss << ", max |parameter diff| " << worstParameter);
+    WARN(kind << " " << method << " " << schedule << " m=" << m << ": max |loss diff| " << worstLoss << ", max |parameter diff| " << worstParameter);
 }
 
 TEST_CASE("a pretrained tied LLaMA fine-tunes as a tied subspace model on three daemons like one process",

@@ -1,0 +1,121 @@
+#include "stages/models/cut_code.h"
+
+#include <algorithm>
+#include <string>
+
+#include "scheduler/error.h"
+#include "stages/models/subspace_modules.h"
+
+namespace skytrain::stages::detail {
+
+namespace nn = torch::nn;
+
+CutCode::CutCode(int64_t vocab, int64_t width, int64_t rank, int64_t positions, bool send, bool receive) {
+  if (send) encoder = register_module("encode", nn::Linear(nn::LinearOptions(width, rank).bias(false)));
+  if (!receive) return;
+  decoder = register_module("decode", nn::Linear(nn::LinearOptions(rank, width).bias(false)));
+  tokens = register_parameter("tokens", torch::zeros({vocab, width}));
+  if (positions > 0) this->positions = register_parameter("positions", torch::zeros({positions, width}));
+}
+
+torch::Tensor CutCode::encode(const torch::Tensor& h) const { return torch::linear(h, encoder->weight); }
+
+torch::Tensor CutCode::decode(const torch::Tensor& code, const torch::Tensor& ids) const {
+  const int64_t rank = decoder->weight.size(1);
+  if (code.dim() != 3 || code.size(2) != rank || !code.is_floating_point()) {
+    throw Error("a stage after a cut expects its code [batch, seq, " + std::to_string(rank) + "], got " +
+                c10::str(code.sizes()));
+  }
+  if (!ids.defined() || ids.dim() != 2 || ids.size(0) != code.size(0) || ids.size(1) != code.size(1) ||
+      ids.scalar_type() != torch::kLong) {
+    throw Error("a stage after a cut needs the int64 token ids of its input [" + std::to_string(code.size(0)) + ", " +
+                std::to_string(code.size(1)) + "] (setTokens), got " + (ids.defined() ? c10::str(ids.sizes()) : "none"));
+  }
+  if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= tokens.size(0))) {
+    throw Error("a stage after a cut got token ids outside the vocabulary [0, " + std::to_string(tokens.size(0)) + ")");
+  }
+  torch::Tensor h = torch::embedding(tokens, ids) + torch::linear(code, decoder->weight);
+  if (!positions.defined()) return h;
+  if (code.size(1) > positions.size(0)) {
+    throw Error("sequence length " + std::to_string(code.size(1)) + " exceeds the model's " +
+                std::to_string(positions.size(0)));
+  }
+  return h + positions.slice(0, 0, code.size(1));
+}
+
+void checkCuts(const char* family, int rank, const std::vector<int>& cuts, int64_t width, int layers, int sharedRank) {
+  const std::string name(family);
+  if (rank < 0 || rank > width) {
+    throw Error(name + ": cut code rank " + std::to_string(rank) + " is not in [1, d_model " + std::to_string(width) + "]");
+  }
+  if (rank > 0 && sharedRank > 0) throw Error(name + ": a model has one subspace method, shared or at its cuts");
+  for (size_t i = 0; i < cuts.size() && rank > 0; ++i) {
+    if (cuts[i] <= 0 || cuts[i] >= layers || (i > 0 && cuts[i] <= cuts[i - 1])) {
+      throw Error(name + ": the cuts must be ascending layers within (0, " + std::to_string(layers) + "), got " +
+                  std::to_string(cuts[i]) + " at " + std::to_string(i));
+    }
+  }
+}
+
+SliceCuts::SliceCuts(const std::vector<int>& cuts, int first, int last, int64_t vocab, int64_t width, int64_t rank,
+                     int64_t positions)
+    : cuts_(cuts), first_(first), last_(last), vocab_(vocab), width_(width), rank_(rank), positions_(positions) {}
+
+void SliceCuts::registerBefore(nn::Module& owner, int layer) {
+  if (layer < first_ || layer > last_ || std::find(cuts_.begin(), cuts_.end(), layer) == cuts_.end()) return;
+  const bool send = layer > first_, receive = layer < last_;
+  codes_[layer] = owner.register_module("cut" + std::to_string(layer),
+                                        std::make_shared<CutCode>(vocab_, width_, rank_, positions_, send, receive));
+}
+
+torch::Tensor SliceCuts::enter(const torch::Tensor& input, const torch::Tensor& ids) const {
+  const auto it = codes_.find(first_);
+  return it == codes_.end() ? input : it->second->decode(input, ids);
+}
+
+torch::Tensor SliceCuts::inside(int layer, const torch::Tensor& h, const torch::Tensor& ids) const {
+  const auto it = codes_.find(layer);
+  if (it == codes_.end() || layer == first_) return h;
+  return it->second->decode(it->second->encode(h), ids);
+}
+
+torch::Tensor SliceCuts::leave(const torch::Tensor& h) const {
+  const auto it = codes_.find(last_);
+  return it == codes_.end() ? h : it->second->encode(h);
+}
+
+}  // namespace skytrain::stages::detail
+
+namespace skytrain::stages::detail {
+
+std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(const std::string&)>& find,
+                                          const std::function<std::vector<std::string>(int)>& writers) {
+  std::vector<std::string> set;
+  const torch::Tensor table = find("tok_emb.weight");
+  if (!table.defined()) return set;
+  torch::NoGradGuard noGrad;
+  for (const auto& [layer, code] : codes_) {
+    const std::string name = "cut" + std::to_string(layer);
+    if (find(name + ".encode.weight").defined() || find(name + ".decode.weight").defined()) return {};
+    const int64_t width = (code->encoder ? code->encoder->weight : code->decoder->weight.t()).size(1);
+    const torch::Tensor basis = writerBasis(find, writers(layer), width, rank_);
+    if (code->encoder) {
+      code->encoder->weight.copy_(basis.t());
+      set.push_back(name + ".encode.weight");
+    }
+    if (!code->decoder) continue;
+    code->decoder->weight.copy_(basis);
+    splitTable(checkedFileTensor(table, "tok_emb.weight", code->tokens.size(0), width, "the token table"), basis,
+               code->tokens);
+    set.insert(set.end(), {name + ".decode.weight", name + ".tokens"});
+    if (code->positions.defined()) {
+      const torch::Tensor positions = find("pos_emb");
+      splitTable(checkedFileTensor(positions, "pos_emb", code->positions.size(0), width, "the position table"), basis,
+                 code->positions);
+      set.push_back(name + ".positions");
+    }
+  }
+  return set;
+}
+
+}  // namespace skytrain::stages::detail

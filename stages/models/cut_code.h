@@ -1,0 +1,74 @@
+// A learned code at a cut (model.subspace method "cut"; GptConfig::cutRank): the module each
+// stage beside a cut holds, and the slice's walk over its cuts. Internal to the stages
+// library (it includes Torch): stages/models/gpt.h and llama.h are the interfaces.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace skytrain::stages::detail {
+
+// The two sides of the cut before layer `layer`, "cut<layer>": the sender's `encode`
+// (d_model -> k) and the receiver's `decode` (k -> d_model) with its anchor, a token table
+// `tokens` [vocab, d_model] and (GPT) a position table `positions` [positions, d_model]. A
+// stage holding only one side has only its parameters; a stage the cut falls inside, both.
+struct CutCode : torch::nn::Module {
+  CutCode(int64_t vocab, int64_t width, int64_t rank, int64_t positions, bool send, bool receive);
+  // The k numbers a token the sender sends: h [b, t, d] -> [b, t, k].
+  torch::Tensor encode(const torch::Tensor& h) const;
+  // The receiver's hidden state from the code [b, t, k] and the token ids [b, t]:
+  // tokens[ids] (+ positions[t]) + decode(code). Throws skytrain::Error on a code of another
+  // width or ids that do not match it or are out of the vocabulary.
+  torch::Tensor decode(const torch::Tensor& code, const torch::Tensor& ids) const;
+
+  torch::nn::Linear encoder{nullptr}, decoder{nullptr};
+  torch::Tensor tokens, positions;  // positions undefined for a LLaMA (rotary)
+};
+
+// Throws skytrain::Error (naming `family`) unless `rank` is 0 or in [1, width] with `cuts`
+// ascending within (0, layers), and not both a shared subspace (`sharedRank` > 0) and a code.
+void checkCuts(const char* family, int rank, const std::vector<int>& cuts, int64_t width, int layers, int sharedRank);
+
+// A slice's cuts: the ones at its first layer (its input is a code), inside it, and at its end
+// (its output is a code), each a CutCode "cut<layer>" on the slice's module.
+class SliceCuts {
+ public:
+  SliceCuts() = default;
+  SliceCuts(const std::vector<int>& cuts, int first, int last, int64_t vocab, int64_t width, int64_t rank,
+            int64_t positions);
+  // Registers the cut before `layer` on `owner`, if there is one. The slice calls it before
+  // each block it registers and once for `last`, so a whole model's parameters come in the
+  // order its stages' parameters do one after another (the clipping norm sums them so).
+  void registerBefore(torch::nn::Module& owner, int layer);
+  bool any() const { return !codes_.empty(); }
+  int64_t rank() const { return rank_; }
+  // The slice's input as a hidden state: decoded when a cut is at its first layer, else as is.
+  torch::Tensor enter(const torch::Tensor& input, const torch::Tensor& ids) const;
+  // Before block `layer` of the slice (not its first): h through the cut there, if any.
+  torch::Tensor inside(int layer, const torch::Tensor& h, const torch::Tensor& ids) const;
+  // The slice's output: the code when a cut is at its end, else h.
+  torch::Tensor leave(const torch::Tensor& h) const;
+  // A pretrained, unconstrained model's tensors (`find`, by its names; undefined when absent)
+  // into the codes, for fine-tuning. At the cut before layer p, U is the top k directions the
+  // blocks before it write (`writers(p)`: their output projections, detail::writerBasis);
+  // encode is Uᵀ, decode U, and the anchor the embeddings' part outside U, so the receiver's
+  // h is the embedding plus what those blocks wrote inside U: the pretrained model itself at
+  // k = d_model. Returns the names it set; none when the file holds the codes themselves (a
+  // model with cuts: they load by name) or no token table. Throws skytrain::Error naming a
+  // missing, misshapen or non-finite tensor.
+  std::vector<std::string> adopt(const std::function<torch::Tensor(const std::string&)>& find,
+                                 const std::function<std::vector<std::string>(int)>& writers);
+
+ private:
+  std::vector<int> cuts_;
+  int first_ = 0, last_ = 0;
+  int64_t vocab_ = 0, width_ = 0, rank_ = 0, positions_ = 0;
+  std::map<int, std::shared_ptr<CutCode>> codes_;
+};
+
+}  // namespace skytrain::stages::detail
