@@ -14,57 +14,17 @@
 
 using namespace skytrain::stages;
 using skytrain::testing::byName;
+using skytrain::testing::checkComposesInThree;
 using skytrain::testing::kRank;
 using skytrain::testing::tiny;
 using skytrain::testing::tinyLlama;
 
 
 TEST_CASE("a subspace model cut in three computes the unsplit model's output, k numbers a token at each cut") {
-  torch::manual_seed(0);
-  const at::Tensor ids = torch::randint(0, 50, {3, 12}, torch::kLong);
-  const at::Tensor gradLogits = torch::randn({3, 12, 50});
-  auto full = makeGptStage(tiny(), 0, 4, 7);
-  auto a = makeGptStage(tiny(), 0, 1, 7);
-  auto b = makeGptStage(tiny(), 1, 3, 7);
-  auto c = makeGptStage(tiny(), 3, 4, 7);
   CHECK(gptInputShape(tiny(), 1, 3) == std::vector<int64_t>{3, 12, kRank});
   CHECK(gptInputShape(tiny(), 3, 3) == std::vector<int64_t>{3, 12, kRank});
-
-  // The same weights, and the same frozen frame in every stage.
-  const auto reference = byName(full->stateDict());
-  for (const auto* part : {a.get(), b.get(), c.get()}) {
-    for (const auto& [name, tensor] : part->stateDict()) {
-      INFO(name);
-      REQUIRE(reference.count(name));
-      CHECK(torch::equal(reference.at(name), tensor));
-    }
-  }
-
-  const at::Tensor expected = full->forward(0, ids);
-  const at::Tensor first = a->forward(0, ids);
-  CHECK(first.sizes() == c10::IntArrayRef({3, 12, kRank}));
-  b->setTokens(ids);
-  const at::Tensor second = b->forward(0, first);
-  CHECK(second.sizes() == c10::IntArrayRef({3, 12, kRank}));
-  c->setTokens(ids);
-  const at::Tensor logits = c->forward(0, second);
-  CHECK(torch::equal(logits, expected));  // every stage rebuilds h exactly as the unsplit model does
-
-  // Backward: the gradient crossing each cut is k wide too.
-  full->backward(0, gradLogits);
-  const at::Tensor gradSecond = c->backward(0, gradLogits);
-  CHECK(gradSecond.sizes() == c10::IntArrayRef({3, 12, kRank}));
-  const at::Tensor gradFirst = b->backward(0, gradSecond);
-  CHECK(gradFirst.sizes() == c10::IntArrayRef({3, 12, kRank}));
-  CHECK_FALSE(a->backward(0, gradFirst).defined());
-  const auto fullParams = byName(full->namedParameters());
-  for (const auto* part : {a.get(), b.get(), c.get()}) {
-    for (const auto& [name, p] : part->namedParameters()) {
-      INFO(name);
-      REQUIRE(p.grad().defined());
-      CHECK(torch::allclose(p.grad(), fullParams.at(name).grad(), 1e-5, 1e-7));
-    }
-  }
+  // The same weights and the same frozen frame in every stage; the same logits to the bit.
+  checkComposesInThree([](int first, int last) { return makeGptStage(tiny(), first, last, 7); }, kRank);
 }
 
 TEST_CASE("the frame is fixed: an orthonormal basis and frozen tables, no optimizer state; the rest is k wide") {
@@ -110,36 +70,16 @@ TEST_CASE("a subspace stage refuses input it cannot rebuild h from") {
 
 TEST_CASE("a subspace LLaMA cut in three computes the unsplit model, k numbers a token at each cut") {
   LlamaConfig c = tinyLlama();
-  torch::manual_seed(1);
-  const at::Tensor ids = torch::randint(0, 50, {2, 12}, torch::kLong);
-  const at::Tensor gradLogits = torch::randn({2, 12, 50});
-  auto full = makeLlamaStage(c, 0, 4, 5);
-  auto a = makeLlamaStage(c, 0, 1, 5), b = makeLlamaStage(c, 1, 3, 5), z = makeLlamaStage(c, 3, 4, 5);
   CHECK(llamaInputShape(c, 2, 2) == std::vector<int64_t>{2, 12, kRank});
-  const at::Tensor expected = full->forward(0, ids);
-  const at::Tensor first = a->forward(0, ids);
-  CHECK(first.sizes() == c10::IntArrayRef({2, 12, kRank}));
-  b->setTokens(ids);
-  const at::Tensor second = b->forward(0, first);
-  z->setTokens(ids);
-  CHECK(torch::equal(z->forward(0, second), expected));
-  full->backward(0, gradLogits);
-  const at::Tensor gradSecond = z->backward(0, gradLogits);
-  CHECK(gradSecond.sizes() == c10::IntArrayRef({2, 12, kRank}));
-  a->backward(0, b->backward(0, gradSecond));
-  const auto fullParams = byName(full->namedParameters());
+  auto full = checkComposesInThree([&](int first, int last) { return makeLlamaStage(c, first, last, 5); }, kRank);
   int64_t trained = 0;
-  for (const auto* part : {a.get(), b.get(), z.get()}) {
-    for (const auto& [name, p] : part->namedParameters()) {
-      INFO(name);
-      CHECK(torch::allclose(p.grad(), fullParams.at(name).grad(), 1e-5, 1e-7));
-    }
-  }
   for (const auto& p : full->parameters()) trained += p.numel();
   CHECK(trained + 50 * 32 + 32 * kRank == llamaParameterCount(c, 0, 4));  // + the frozen frame
   CHECK(byName(full->stateDict()).at("block1.attn.o.weight").sizes() == c10::IntArrayRef({kRank, 32}));
   CHECK(byName(full->stateDict()).at("block1.mlp.down.weight").sizes() == c10::IntArrayRef({kRank, 48}));
   // Without ids after the first stage, refused.
+  torch::manual_seed(1);
+  const at::Tensor first = makeLlamaStage(c, 0, 1, 5)->forward(0, torch::randint(0, 50, {2, 12}, torch::kLong));
   auto lone = makeLlamaStage(c, 1, 3, 5);
   CHECK_THROWS_WITH(lone->forward(0, first), Catch::Contains("needs the token ids"));
 }
