@@ -4,6 +4,7 @@
 #include <string>
 
 #include "scheduler/error.h"
+#include "stages/models/gpt.h"
 #include "stages/models/subspace_modules.h"
 
 namespace skytrain::stages::detail {
@@ -31,8 +32,11 @@ torch::Tensor CutCode::decode(const torch::Tensor& code, const torch::Tensor& id
     throw Error("a stage after a cut needs the int64 token ids of its input [" + std::to_string(code.size(0)) + ", " +
                 std::to_string(code.size(1)) + "] (setTokens), got " + (ids.defined() ? c10::str(ids.sizes()) : "none"));
   }
-  if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= tokens.size(0))) {
-    throw Error("a stage after a cut got token ids outside the vocabulary [0, " + std::to_string(tokens.size(0)) + ")");
+  if (ids.numel() > 0) {
+    const auto [low, high] = torch::aminmax(ids);
+    if (low.item<int64_t>() < 0 || high.item<int64_t>() >= tokens.size(0)) {
+      throw Error("a stage after a cut got token ids outside the vocabulary [0, " + std::to_string(tokens.size(0)) + ")");
+    }
   }
   torch::Tensor h = torch::embedding(tokens, ids) + torch::linear(code, decoder->weight);
   if (!positions.defined()) return h;
@@ -84,34 +88,36 @@ torch::Tensor SliceCuts::leave(const torch::Tensor& h) const {
   return it == codes_.end() ? h : it->second->encode(h);
 }
 
-}  // namespace skytrain::stages::detail
-
-namespace skytrain::stages::detail {
-
 std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(const std::string&)>& find,
                                           const std::function<std::vector<std::string>(int)>& writers) {
   std::vector<std::string> set;
   const torch::Tensor table = find("tok_emb.weight");
   if (!table.defined()) return set;
-  torch::NoGradGuard noGrad;
   for (const auto& [layer, code] : codes_) {
     const std::string name = "cut" + std::to_string(layer);
     if (find(name + ".encode.weight").defined() || find(name + ".decode.weight").defined()) return {};
-    const int64_t width = (code->encoder ? code->encoder->weight : code->decoder->weight.t()).size(1);
-    const torch::Tensor basis = writerBasis(find, writers(layer), width, rank_);
+  }
+  torch::NoGradGuard noGrad;
+  // The tables each receiving side splits, checked once.
+  torch::Tensor tokens, positions;
+  for (const auto& [layer, code] : codes_) {
+    if (!code->decoder || tokens.defined()) continue;
+    tokens = checkedFileTensor(table, "tok_emb.weight", vocab_, width_, "the token table");
+    if (positions_ > 0) positions = checkedFileTensor(find("pos_emb"), "pos_emb", positions_, width_, "the position table");
+  }
+  for (const auto& [layer, code] : codes_) {
+    const std::string name = "cut" + std::to_string(layer);
+    const torch::Tensor basis = writerBasis(find, writers(layer), width_, rank_);
     if (code->encoder) {
       code->encoder->weight.copy_(basis.t());
       set.push_back(name + ".encode.weight");
     }
     if (!code->decoder) continue;
     code->decoder->weight.copy_(basis);
-    splitTable(checkedFileTensor(table, "tok_emb.weight", code->tokens.size(0), width, "the token table"), basis,
-               code->tokens);
+    splitTable(tokens, basis, code->tokens);
     set.insert(set.end(), {name + ".decode.weight", name + ".tokens"});
-    if (code->positions.defined()) {
-      const torch::Tensor positions = find("pos_emb");
-      splitTable(checkedFileTensor(positions, "pos_emb", code->positions.size(0), width, "the position table"), basis,
-                 code->positions);
+    if (positions.defined()) {
+      splitTable(positions, basis, code->positions);
       set.push_back(name + ".positions");
     }
   }
@@ -119,3 +125,27 @@ std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(cons
 }
 
 }  // namespace skytrain::stages::detail
+
+namespace skytrain::stages {
+
+double cutCodeStashFloats(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, double seqLen,
+                          int64_t width) {
+  double floats = 0;
+  for (const int layer : cuts) {  // a code and the hidden state rebuilt from it
+    if (rank > 0 && layer >= firstLayer && layer <= lastLayer) floats += seqLen * (rank + width);
+  }
+  return floats;
+}
+
+int64_t cutCodeParameterCount(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, int64_t vocab,
+                              int64_t width, int64_t positions) {
+  int64_t count = 0;
+  for (const int layer : cuts) {
+    if (rank <= 0 || layer < firstLayer || layer > lastLayer) continue;
+    if (layer > firstLayer) count += width * rank;                                  // encode
+    if (layer < lastLayer) count += rank * width + (vocab + positions) * width;     // decode, anchor
+  }
+  return count;
+}
+
+}  // namespace skytrain::stages

@@ -46,7 +46,6 @@ class SliceCuts {
   // order its stages' parameters do one after another (the clipping norm sums them so).
   void registerBefore(torch::nn::Module& owner, int layer);
   bool any() const { return !codes_.empty(); }
-  int64_t rank() const { return rank_; }
   // The slice's input as a hidden state: decoded when a cut is at its first layer, else as is.
   torch::Tensor enter(const torch::Tensor& input, const torch::Tensor& ids) const;
   // Before block `layer` of the slice (not its first): h through the cut there, if any.

@@ -112,26 +112,6 @@ double gptStashBytesPerSample(const GptConfig& c, int firstLayer, int lastLayer)
   return 4.0 * floats;
 }
 
-double cutCodeStashFloats(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, double seqLen,
-                          int64_t width) {
-  double floats = 0;
-  for (const int layer : cuts) {  // a code and the hidden state rebuilt from it
-    if (rank > 0 && layer >= firstLayer && layer <= lastLayer) floats += seqLen * (rank + width);
-  }
-  return floats;
-}
-
-int64_t cutCodeParameterCount(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, int64_t vocab,
-                              int64_t width, int64_t positions) {
-  int64_t count = 0;
-  for (const int layer : cuts) {
-    if (rank <= 0 || layer < firstLayer || layer > lastLayer) continue;
-    if (layer > firstLayer) count += width * rank;                                  // encode
-    if (layer < lastLayer) count += rank * width + (vocab + positions) * width;     // decode, anchor
-  }
-  return count;
-}
-
 int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
   detail::validate(c, firstLayer, lastLayer);
   const int64_t d = c.dModel, ff = c.dFf;

@@ -61,7 +61,7 @@ torch::Tensor orthonormalColumns(const torch::Tensor& matrix) {
   return transposed.t().contiguous().to(torch::kFloat);
 }
 
-// The file's tensor `name`, checked as `checked` does, in float64.
+// The file's tensor `name`, checked as checkedFileTensor does, in float64.
 torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t rows, int64_t columns, const char* what) {
   return checkedFileTensor(find(name), name, rows, columns, what).to(torch::kDouble);
 }

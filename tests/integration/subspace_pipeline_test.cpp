@@ -192,5 +192,13 @@ TEST_CASE("a pretrained tied LLaMA fine-tunes as a tied subspace model on three 
   CHECK(refused["restarts"] == 0);
   CHECK_THAT(refused["error"].get<std::string>(),
              Catch::Contains("bad model") && Catch::Contains("block2.mlp.down.weight: the file's holds a NaN"));
+  // The same file into learned codes at the cuts: the code before block 3 is found from
+  // blocks 0-2's projections, so stages 1 and 2 read the poisoned one.
+  crafted["model"]["subspace"]["method"] = "cut";
+  const Json refusedAtCuts = runJob(context, a.control(), crafted);
+  REQUIRE(refusedAtCuts["state"] == "failed");
+  CHECK(refusedAtCuts["restarts"] == 0);
+  CHECK_THAT(refusedAtCuts["error"].get<std::string>(),
+             Catch::Contains("bad model") && Catch::Contains("block2.mlp.down.weight: the file's holds a NaN"));
   CHECK(runJob(context, a.control(), spec)["state"] == "succeeded");
 }
