@@ -55,6 +55,9 @@ struct Wire {
   // A subspace model (model.subspace): k numbers a token cross every link, the slow one
   // at bytesPerElement, instead of d_model; 0: the unconstrained model.
   int subspaceRank = 0;
+  // method "cut": dense blocks and a learned code at each cut (a vocab x d_model anchor, a
+  // k x d_model decode and a d_model x k encode more) instead of the shared subspace.
+  bool learnedCode = false;
 };
 
 // One cut of the model into stages, as the daemon's model source sees it.
@@ -97,12 +100,16 @@ std::vector<int> splitLayers(const stages::LlamaConfig& c, int p) {
   return bounds;
 }
 
-Cut cutModel(const protocol::ModelPreset& preset, const Setting& setting, int p) {
+Cut cutModel(const protocol::ModelPreset& preset, const Setting& setting, const Wire& wire, int p) {
   Cut cut;
   cut.config.kind = "llama";
   cut.config.llama = llamaOf(preset, setting.recompute);
   const std::vector<int> bounds = splitLayers(cut.config.llama, p);
   for (int s = 0; s < p; ++s) cut.config.stages.push_back({bounds[s], bounds[s + 1], "", {}});
+  if (wire.learnedCode && p > 1) {  // the codes sit at the boundaries the dense model's split drew
+    cut.config.llama.cutRank = wire.subspaceRank;
+    cut.config.llama.cuts.assign(bounds.begin() + 1, bounds.end() - 1);
+  }
   // Builds no stage: weightBytes and stashBytesPerSample are arithmetic on the config.
   cut.source = stages::makeModelSource(cut.config);
   for (int s = 0; s < p; ++s) {
@@ -111,11 +118,13 @@ Cut cutModel(const protocol::ModelPreset& preset, const Setting& setting, int p)
   return cut;
 }
 
-// Parameters that take part in a matrix product: not the input embedding, a lookup.
+// Parameters that take part in a matrix product: not the input embedding nor a learned
+// code's anchor table, lookups both.
 double matmulParameters(const Cut& cut, int s) {
   const auto& c = cut.config.llama;
   const bool lookupOnly = s == 0 && !(c.tieEmbeddings && stageCount(cut) == 1);
-  return cut.source->weightBytes(s) / 4 - (lookupOnly ? double(c.vocabSize) * c.dModel : 0.0);
+  const bool anchor = c.cutRank > 0 && s > 0;  // every later stage begins at a cut
+  return cut.source->weightBytes(s) / 4 - (lookupOnly || anchor ? double(c.vocabSize) * c.dModel : 0.0);
 }
 
 double maxStashPerSample(const Cut& cut, const Setting& setting) {
@@ -161,8 +170,8 @@ PlannerInput plannerInput(const Cut& cut, const Setting& setting, const Wire& wi
     in.backwardCodecs.push_back({codec});
   }
   // A tied embedding's fp32 gradient crosses every link, as profiler.cpp reports it; a tied
-  // subspace model's tied copy is vocab x k.
-  const double tiedWidth = wire.subspaceRank > 0 ? wire.subspaceRank : c.dModel;
+  // shared-subspace model's tied copy is vocab x k (the learned codes keep the dense table).
+  const double tiedWidth = wire.subspaceRank > 0 && !wire.learnedCode ? wire.subspaceRank : c.dModel;
   if (c.tieEmbeddings) in.tiedBytes.assign(in.links.size(), 4.0 * c.vocabSize * tiedWidth);
   return in;
 }
@@ -179,7 +188,7 @@ std::optional<scheduler::Plan> tryPlan(const PlannerInput& in) {
 // The fewest stages whose every stage fits an accelerator under some plan; 0 when none does.
 int stagesNeeded(const protocol::ModelPreset& preset, const Setting& setting, const Wire& wire) {
   for (int p = 1; p <= preset.layers; ++p) {
-    if (tryPlan(plannerInput(cutModel(preset, setting, p), setting, wire, 0))) return p;
+    if (tryPlan(plannerInput(cutModel(preset, setting, wire, p), setting, wire, 0))) return p;
   }
   return 0;
 }
@@ -203,8 +212,13 @@ int main(int argc, char** argv) {
   // docs/BENCHMARKS.md, "Exactly 8x: q13" and "q13+pred": both formats are 32 bytes a
   // 64-block, 8.0x fewer bytes than fp32.
   // The subspace rows: k = 64 of llama-7b's 4096 (64x fewer numbers), in bf16 and with q13.
-  const std::vector<Wire> wires = {{"bf16", 2.0}, {"q13+pred/q13+rot", 0.5}, {"subspace k=64, bf16", 2.0, 64},
-                                   {"subspace k=64, q13", 0.5, 64}};
+  // The learned codes at the cuts (method "cut") send the same k numbers; their stages hold more.
+  const std::vector<Wire> wires = {{"bf16", 2.0},
+                                   {"q13+pred/q13+rot", 0.5},
+                                   {"subspace k=64, bf16", 2.0, 64},
+                                   {"subspace k=64, q13", 0.5, 64},
+                                   {"cut code k=64, bf16", 2.0, 64, true},
+                                   {"cut code k=64, q13", 0.5, 64, true}};
   std::printf(
       "Projection by scheduler::makePlan, not a measurement. Assumed:\n"
       "- accelerators: %.0f GB each (H100-class); %.0f TFLOP/s sustained in bf16, %.0f TFLOP/s fp32 (TF32)\n"
@@ -222,9 +236,10 @@ int main(int argc, char** argv) {
       "  docs/BENCHMARKS.md \"Exactly 8x: q13\"); codec time not counted; %.0f us per message\n"
       "- subspace rows (model.subspace): k = 64 numbers a token cross every link instead\n"
       "  of d_model, in bf16 (2 B) or q13 (0.5 B) on the slow link; the compute is the unconstrained model's\n"
-      "  (the subspace's smaller output projections are not credited)\n"
+      "  (the subspace's smaller output projections are not credited); cut code rows (method \"cut\"):\n"
+      "  the same bytes, dense blocks, and each stage after a cut holds its code and a vocab x d_model anchor\n"
       "- gradients all-reduced in fp32 by a ring inside each cluster; llama-1b's tied embedding gradient\n"
-      "  (fp32, uncompressed; vocab x k as a subspace model) crosses every link once a step each way, in\n"
+      "  (fp32, uncompressed; vocab x k as a shared-subspace model) crosses every link once a step each way, in\n"
       "  every copy's pipeline\n"
       "- single cloud: the same stages and copies, every link the fast one; ratio = its step time / this\n\n",
       kGpuBytes / 1e9, 400.0, 200.0, kSeqLen, kBatch, kOpSeconds * 1e3, kZeroCopies, kZeroCopies,
@@ -234,27 +249,28 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
   for (const char* name : {"llama-1b", "llama-7b"}) {
     const protocol::ModelPreset& preset = *protocol::findPreset(name);
-    std::vector<int> needed;  // per setting; the link does not change what fits
-    std::vector<Cut> cuts;
-    for (const Setting& setting : settings) {
-      needed.push_back(stagesNeeded(preset, setting, wires[0]));
-      if (needed.back() == 0) throw Error(std::string(name) + " does not fit " + setting.name + " at any stage count");
-      cuts.push_back(cutModel(preset, setting, std::max(2, needed.back())));
-    }
     for (double gbit : links) {
-      for (size_t i = 0; i < settings.size(); ++i) {
-        const Setting& setting = settings[i];
-        const auto local = tryPlan(plannerInput(cuts[i], setting, wires[0], 0));
+      for (const Setting& setting : settings) {
+        // What fits depends on the setting and, for the learned codes, on their extra tables,
+        // not on the link; a model that fits one stage still runs two, one per cloud. Every
+        // ratio is against the unconstrained model in one cloud.
+        const int plainNeeded = stagesNeeded(preset, setting, wires[0]);
+        if (plainNeeded == 0) throw Error(std::string(name) + " does not fit " + setting.name + " at any stage count");
+        const Cut plain = cutModel(preset, setting, wires[0], std::max(2, plainNeeded));
+        const auto local = tryPlan(plannerInput(plain, setting, wires[0], 0));
         for (const Wire& wire : wires) {
-          const auto cross = tryPlan(plannerInput(cuts[i], setting, wire, gbit * 1e9 / 8));
+          const int needed = wire.learnedCode ? stagesNeeded(preset, setting, wire) : plainNeeded;
+          if (needed == 0) throw Error(std::string(name) + " " + wire.name + " does not fit " + setting.name);
+          const Cut cut = wire.learnedCode ? cutModel(preset, setting, wire, std::max(2, needed))
+                                           : cutModel(preset, setting, wires[0], std::max(2, needed));
+          const auto cross = tryPlan(plannerInput(cut, setting, wire, gbit * 1e9 / 8));
           if (!cross || !local) throw Error(std::string(name) + " " + setting.name + ": no plan fits");
           const scheduler::PlanRow& row = cross->chosen;
           std::printf("| %s | %g Gbit/s | %s | %.0f B | %s | %d | %d | %s | %d | %s | %.2f | %.2f | %.2f | %.2f |\n",
                       name, gbit, setting.name, setting.bytesPerParameter(),
-                      gigabytes(maxStashPerSample(cuts[i], setting)).c_str(), needed[i],
-                      stageCount(cuts[i]) * setting.copies, wire.name, row.microBatches,
-                      scheduler::toString(row.schedule).c_str(), row.stepSeconds, row.tiedSeconds,
-                      local->chosen.stepSeconds, local->chosen.stepSeconds / row.stepSeconds);
+                      gigabytes(maxStashPerSample(cut, setting)).c_str(), needed, stageCount(cut) * setting.copies,
+                      wire.name, row.microBatches, scheduler::toString(row.schedule).c_str(), row.stepSeconds,
+                      row.tiedSeconds, local->chosen.stepSeconds, local->chosen.stepSeconds / row.stepSeconds);
         }
       }
     }
