@@ -8,10 +8,12 @@
 # lines (validation loss with its spread, bytes a step) per configuration.
 # Usage (after deploy/build.sh): bash bench/subspace_finetune.sh SEEDS "K..." [STEPS] [PRE_STEPS]
 #   e.g. bash bench/subspace_finetune.sh 3 "32 16 8" 300 500
+# METHOD=cut: learned codes at the cuts (model.subspace.method) instead of the shared subspace;
+# SCRATCH=0: without the two from-scratch rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:?usage: subspace_finetune.sh SEEDS "K..." [STEPS] [PRE_STEPS]} ranks=${2:?usage: subspace_finetune.sh SEEDS "K..." [STEPS] [PRE_STEPS]}
-steps=${3:-300} pre_steps=${4:-500}
+steps=${3:-300} pre_steps=${4:-500} method=${METHOD:-shared}
 job=deploy/jobs/gpt-web.json
 source deploy/local-daemons.sh
 bench_workspace
@@ -55,8 +57,9 @@ run() {  # run LABEL EDIT...: one configuration over the seeds, its summary line
 init="s[\"model\"][\"init_from\"] = \"$pretrained\""
 run "fine-tuned" "$init"
 for k in $ranks; do
-  run "fine-tuned k=$k" "$init" "s[\"model\"][\"subspace\"] = {\"rank\": $k}"
+  run "fine-tuned k=$k" "$init" "s[\"model\"][\"subspace\"] = {\"rank\": $k, \"method\": \"$method\"}"
 done
+[ "${SCRATCH:-1}" = 0 ] && exit 0
 smallest=$(printf '%s\n' $ranks | sort -n | head -1)
-run "from scratch k=$smallest" "s[\"model\"][\"subspace\"] = {\"rank\": $smallest}"
+run "from scratch k=$smallest" "s[\"model\"][\"subspace\"] = {\"rank\": $smallest, \"method\": \"$method\"}"
 run "from scratch" 's["seed"] += 0'
