@@ -65,6 +65,7 @@ struct Cut {
   stages::ModelConfig config;
   std::unique_ptr<stages::ModelSource> source;
   double maxFixedBytes = 0;  // the heaviest stage's weights, gradients and optimizer state
+  int needed = 0;  // fittedCut: the fewest stages that fit (a one-stage fit still runs two)
 };
 
 int stageCount(const Cut& cut) { return static_cast<int>(cut.config.stages.size()); }
@@ -193,6 +194,16 @@ int stagesNeeded(const protocol::ModelPreset& preset, const Setting& setting, co
   return 0;
 }
 
+// The cut a setting runs with a wire: the fewest stages that fit (at least two, one per
+// cloud), the learned codes' tables included; what fits does not depend on the link.
+Cut fittedCut(const protocol::ModelPreset& preset, const Setting& setting, const Wire& wire) {
+  const int needed = stagesNeeded(preset, setting, wire);
+  if (needed == 0) throw Error(preset.name + " " + wire.name + " does not fit " + setting.name);
+  Cut cut = cutModel(preset, setting, wire, std::max(2, needed));
+  cut.needed = needed;
+  return cut;
+}
+
 std::string gigabytes(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
@@ -249,28 +260,33 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|\n");
   for (const char* name : {"llama-1b", "llama-7b"}) {
     const protocol::ModelPreset& preset = *protocol::findPreset(name);
+    // Per setting: the unconstrained cut, its one-cloud plan (every ratio is against it), and
+    // the learned codes' own cut (their tables may need more stages; both code wires are
+    // k = 64); the same for every link.
+    const Wire& code = *std::find_if(wires.begin(), wires.end(), [](const Wire& w) { return w.learnedCode; });
+    std::vector<Cut> plain, coded;
+    std::vector<scheduler::Plan> local;
+    for (const Setting& setting : settings) {
+      plain.push_back(fittedCut(preset, setting, wires[0]));
+      coded.push_back(fittedCut(preset, setting, code));
+      const auto plan = tryPlan(plannerInput(plain.back(), setting, wires[0], 0));
+      if (!plan) throw Error(std::string(name) + " " + setting.name + ": no plan fits");
+      local.push_back(*plan);
+    }
     for (double gbit : links) {
-      for (const Setting& setting : settings) {
-        // What fits depends on the setting and, for the learned codes, on their extra tables,
-        // not on the link; a model that fits one stage still runs two, one per cloud. Every
-        // ratio is against the unconstrained model in one cloud.
-        const int plainNeeded = stagesNeeded(preset, setting, wires[0]);
-        if (plainNeeded == 0) throw Error(std::string(name) + " does not fit " + setting.name + " at any stage count");
-        const Cut plain = cutModel(preset, setting, wires[0], std::max(2, plainNeeded));
-        const auto local = tryPlan(plannerInput(plain, setting, wires[0], 0));
+      for (size_t i = 0; i < settings.size(); ++i) {
+        const Setting& setting = settings[i];
+        const double single = local[i].chosen.stepSeconds;
         for (const Wire& wire : wires) {
-          const int needed = wire.learnedCode ? stagesNeeded(preset, setting, wire) : plainNeeded;
-          if (needed == 0) throw Error(std::string(name) + " " + wire.name + " does not fit " + setting.name);
-          const Cut cut = wire.learnedCode ? cutModel(preset, setting, wire, std::max(2, needed))
-                                           : cutModel(preset, setting, wires[0], std::max(2, needed));
+          const Cut& cut = wire.learnedCode ? coded[i] : plain[i];
           const auto cross = tryPlan(plannerInput(cut, setting, wire, gbit * 1e9 / 8));
-          if (!cross || !local) throw Error(std::string(name) + " " + setting.name + ": no plan fits");
+          if (!cross) throw Error(std::string(name) + " " + setting.name + ": no plan fits");
           const scheduler::PlanRow& row = cross->chosen;
           std::printf("| %s | %g Gbit/s | %s | %.0f B | %s | %d | %d | %s | %d | %s | %.2f | %.2f | %.2f | %.2f |\n",
                       name, gbit, setting.name, setting.bytesPerParameter(),
-                      gigabytes(maxStashPerSample(cut, setting)).c_str(), needed, stageCount(cut) * setting.copies,
+                      gigabytes(maxStashPerSample(cut, setting)).c_str(), cut.needed, stageCount(cut) * setting.copies,
                       wire.name, row.microBatches, scheduler::toString(row.schedule).c_str(), row.stepSeconds,
-                      row.tiedSeconds, local->chosen.stepSeconds, local->chosen.stepSeconds / row.stepSeconds);
+                      row.tiedSeconds, single, single / row.stepSeconds);
         }
       }
     }
