@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""The subspace methods on the 20.8M recipe, many runs at once on a GPU: a screen computed
+independently of skytrain (docs/EXPERIMENTS.md, "Subspace methods at 20.8M parameters").
+
+skytrain's own 20M runs (bench/subspace_20m.sh) take an hour each on the 2-core VM, so which
+method and which variant deserve one is screened here: the same byte-level GPT (d_model 512,
+8 heads, 6 blocks, d_ff 2304, 64-token sequences, untied head, GPT-2 initialisation), the same
+sampling (bench/torch_pipeline.py's Corpus), AdamW (0.9, 0.95, weight decay 0.01 except on
+embeddings and 1-D tensors), 1e-3 cosine to 1e-4 after 100 warm-up steps, clipping at 1.0,
+2,000 steps of 2 sequences, validation on 256 fixed windows of the held-out 5%, fp32 (TF32
+off). The model is one process: a cut is a function in the forward pass, which is what the
+pipeline computes (skytrain's equivalence tests: a pipeline equals one process).
+
+Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
+  none             unconstrained
+  half             only the 3 blocks after the cut, on token + position embeddings (what a
+                   receiver that ignores the code can reach)
+  shared:K         model.subspace {"rank": K}: frozen random token/position tables and a
+                   frozen orthonormal U [512, K]; every block writes K coefficients
+                   (stages/models/subspace_modules.cpp)
+  cut:K[:OPT...]   model.subspace {"rank": K, "method": "cut"} before block 3 (at=2,4: before
+                   blocks 2 and 4, a 3-stage chain; every cut its own code): encode
+                   [512 -> K], decode [K -> 512] plus an anchor (token and position tables,
+                   trained by the receiver) (stages/models/cut_code.cpp). Options:
+                     ortho     encode = U^T, decode = U for a random orthonormal U
+                     noanchor  no anchor: the receiver's h is decode(code) alone
+                     q13       the code through compression/'s q13 both ways (values and gradients)
+                     skip      the sender sends encode(h - its own embeddings), the receiver
+                               adds its anchor, initialised to the sender's embeddings
+  any SPEC@bN      the same with N sequences a step (more tokens, same steps)
+  any SPEC#S,...   the same on seeds S,... only
+
+Usage: python3 bench/subspace_screen.py --data web.txt --out results.jsonl --workers 8 \\
+           --seeds 1,2,3 SPEC...
+Each finished run appends one JSON line (spec, seed, loss at 1000 and 2000, seconds);
+--summary FILE prints the mean and spread per spec against "none".
+"""
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import activation_codec_probe as probe  # noqa: E402
+import torch_pipeline as tp  # noqa: E402
+
+D, HEADS, LAYERS, D_FF, T, VOCAB, CUT = 512, 8, 6, 2304, 64, 256, 3
+
+
+def attention(qkv, heads):
+    b, t, three_d = qkv.shape
+    q, k, v = qkv.view(b, t, 3, heads, three_d // 3 // heads).permute(2, 0, 3, 1, 4)
+    if hasattr(F, "scaled_dot_product_attention"):
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:  # LibTorch 1.13's Python (Debian): the same by hand
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+        y = torch.softmax(scores.masked_fill(mask, float("-inf")), -1) @ v
+    return y.transpose(1, 2).reshape(b, t, three_d // 3)
+
+
+class Block(nn.Module):
+    """A pre-LN block writing `out` numbers (d_model, or K for a shared-subspace block)."""
+
+    def __init__(self, out=D):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.attn_proj = nn.Linear(D, 3 * D), nn.Linear(D, out)
+        self.fc, self.proj = nn.Linear(D, D_FF), nn.Linear(D_FF, out)
+
+    def attn(self, h):
+        return self.attn_proj(attention(self.qkv(self.ln1(h)), HEADS))
+
+    def mlp(self, h):
+        return self.proj(F.gelu(self.fc(self.ln2(h))))
+
+    def forward(self, x):
+        x = x + self.attn(x)
+        return x + self.mlp(x)
+
+
+def orthonormal(rows, cols, g):
+    q, _ = torch.linalg.qr(torch.randn(rows, cols, generator=g, dtype=torch.float64))
+    return q.float()
+
+
+class Code(nn.Module):
+    """One cut's learned code: the sender's encode, the receiver's decode and anchor."""
+
+    def __init__(self, k, anchor):
+        super().__init__()
+        self.encode = nn.Linear(D, k, bias=False)
+        self.decode = nn.Linear(k, D, bias=False)
+        self.anchor_tok = nn.Parameter(torch.zeros(VOCAB, D)) if anchor else None
+        self.anchor_pos = nn.Parameter(torch.zeros(T, D)) if anchor else None
+
+
+def q13_tensor(x):
+    """compression/q13_codec.cpp on a tensor: its flattened values in 64-blocks, thirteen levels
+    a block (bench/activation_codec_probe.py's q13)."""
+    flat = x.reshape(-1)
+    pad = (-flat.numel()) % 64
+    blocks = F.pad(flat, (0, pad)).view(-1, 64)
+    return probe.q13(blocks).view(-1)[: flat.numel()].view(x.shape)
+
+
+class Q13(torch.autograd.Function):
+    """The code through q13 both ways: the receiver decodes the quantised code, the sender
+    gets the quantised gradient of it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return q13_tensor(x.detach())
+
+    @staticmethod
+    def backward(ctx, grad):
+        return q13_tensor(grad)
+
+
+class Model(nn.Module):
+    def __init__(self, spec, g):
+        super().__init__()
+        kind, *rest = spec.split(":")
+        self.kind, self.k = kind, int(rest[0]) if rest else D
+        self.options = set(rest[1:])
+        first = CUT if kind == "half" else 0
+        if kind == "shared":
+            self.register_buffer("fixed_tok", torch.randn(VOCAB, D, generator=g) * 0.02)
+            self.register_buffer("fixed_pos", torch.randn(T, D, generator=g) * 0.02)
+            self.register_buffer("basis", orthonormal(D, self.k, g))
+            self.tok_emb, self.pos_emb = nn.Embedding(VOCAB, self.k), nn.Parameter(torch.zeros(T, self.k))
+            self.blocks = nn.ModuleList(Block(self.k) for _ in range(LAYERS))
+        else:
+            self.tok_emb, self.pos_emb = nn.Embedding(VOCAB, D), nn.Parameter(torch.zeros(T, D))
+            self.blocks = nn.ModuleList(Block() for _ in range(first, LAYERS))
+        at = [o for o in self.options if o.startswith("at=")]
+        self.cuts = [int(c) for c in at[0][3:].split(",")] if at else [CUT]
+        if kind == "cut":
+            self.codes = nn.ModuleDict({str(c): Code(self.k, "noanchor" not in self.options) for c in self.cuts})
+        self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, VOCAB, bias=False)
+        self.initialise(g)
+
+    def initialise(self, g):
+        residual = 0.02 / math.sqrt(2.0 * LAYERS)
+        # Drawn in the order the first screen drew them (a module's own tensors, then its
+        # children's), so its figures stand with the codes in a ModuleDict.
+        named = list(self.named_parameters())
+        first = [(n, p) for n, p in named if n == "pos_emb" or n.endswith(("anchor_tok", "anchor_pos"))]
+        drawn = {n for n, _ in first}
+        with torch.no_grad():
+            for name, p in first + [(n, p) for n, p in named if n not in drawn]:
+                if ".ln" in name or name.startswith("ln_f"):
+                    p.fill_(1.0) if name.endswith("weight") else p.zero_()
+                elif name.endswith("bias"):
+                    p.zero_()
+                else:
+                    p.normal_(0.0, residual if name.endswith("proj.weight") else 0.02, generator=g)
+            for code in self.codes.values() if self.kind == "cut" else []:
+                if "ortho" in self.options:
+                    u = orthonormal(D, self.k, g)
+                    code.encode.weight.copy_(u.t())
+                    code.decode.weight.copy_(u)
+                if "skip" in self.options:
+                    code.anchor_tok.copy_(self.tok_emb.weight)
+                    code.anchor_pos.copy_(self.pos_emb)
+
+    def embeddings(self, ids):
+        return self.tok_emb(ids) + self.pos_emb[: ids.size(1)]
+
+    def forward(self, ids):
+        if self.kind == "shared":
+            fixed = self.fixed_tok[ids] + self.fixed_pos[: ids.size(1)]
+            c = self.embeddings(ids)
+            lift = lambda c: fixed + c @ self.basis.t()  # noqa: E731
+            for block in self.blocks:
+                c = c + block.attn(lift(c))
+                c = c + block.mlp(lift(c))
+            return self.head(self.ln_f(lift(c)))
+        h = self.embeddings(ids)
+        for i, block in enumerate(self.blocks):
+            if self.kind == "cut" and i in self.cuts:
+                code = self.codes[str(i)]
+                sent = code.encode(h - self.embeddings(ids) if "skip" in self.options else h)
+                h = code.decode(Q13.apply(sent) if "q13" in self.options else sent)
+                if code.anchor_tok is not None:
+                    h = h + code.anchor_tok[ids] + code.anchor_pos[: ids.size(1)]
+            h = block(h)
+        return self.head(self.ln_f(h))
+
+
+def validation_windows(path, device):
+    with open(path, "rb") as f:
+        tokens = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).to(torch.int64)
+    held = tokens[tokens.numel() - int(tokens.numel() * 0.05):]
+    starts = torch.randint(0, held.numel() - T - 1, (256,), generator=torch.Generator().manual_seed(7))
+    return held[starts.unsqueeze(1) + torch.arange(T + 1).unsqueeze(0)].to(device)
+
+
+def evaluate(model, windows):
+    model.eval()
+    with torch.no_grad():
+        loss = F.cross_entropy(model(windows[:, :-1]).reshape(-1, VOCAB), windows[:, 1:].reshape(-1))
+    model.train()
+    return float(loss)
+
+
+def train(job):
+    spec, seed, a = job
+    if time.time() > a.deadline:  # past --minutes: left for another run
+        return {"spec": spec, "seed": seed, "skipped": True}
+    device = a.device
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    base, _, batch = spec.partition("@b")
+    batch = int(batch) if batch else 2
+    g = torch.Generator().manual_seed(seed)
+    model = Model(base, g).to(device)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                                  lr=1e-3, betas=(0.9, 0.95))
+    schedule = argparse.Namespace(lr=1e-3, min_lr=1e-4, warmup_lr_steps=100, steps=a.steps)
+    data = tp.Corpus(a.data, T, seed)
+    windows = validation_windows(a.data, device)
+    params = [p for p in model.parameters()]
+    evals, start = {}, time.time()
+    for step in range(a.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = tp.learning_rate(schedule, step)
+        x, y = data.batch(step, 0, batch)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        if (step + 1) % (a.steps // 2) == 0:
+            evals[step + 1] = evaluate(model, windows)
+    trained = sum(p.numel() for p in params)
+    return {"spec": spec, "seed": seed, "params": trained, "evals": evals, "seconds": round(time.time() - start, 1)}
+
+
+def summary(path):
+    runs = [r for r in map(json.loads, open(path)) if not r.get("skipped")]
+    by = {}
+    for r in runs:
+        by.setdefault(r["spec"], []).append(r)
+    last = lambda r: r["evals"][max(r["evals"], key=int)]  # noqa: E731
+    base = by.get("none")
+    base_mean = sum(map(last, base)) / len(base) if base else None
+    for spec, rs in by.items():
+        values = sorted(map(last, rs))
+        mean = sum(values) / len(values)
+        versus = f"{100 * (mean / base_mean - 1):+.1f}%" if base_mean and "@" not in spec else ""
+        print(f"{spec:28s} n={len(values)} mean {mean:.4f} ({values[0]:.4f}-{values[-1]:.4f}) {versus}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("specs", nargs="*")
+    p.add_argument("--data")
+    p.add_argument("--out")
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--minutes", type=float, default=1e9, help="start no run after this many minutes")
+    p.add_argument("--summary")
+    a = p.parse_args()
+    a.deadline = time.time() + 60 * a.minutes
+    if a.summary:
+        return summary(a.summary)
+    jobs = []
+    for spec in a.specs:  # SPEC#1,2: those seeds only
+        spec, _, seeds = spec.partition("#")
+        jobs += [(spec, int(seed), a) for seed in (seeds or a.seeds).split(",")]
+    with mp.get_context("spawn").Pool(a.workers) as pool, open(a.out, "a") as out:
+        for result in pool.imap_unordered(train, jobs):
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+            print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
