@@ -149,20 +149,13 @@ class Model(nn.Module):
         self.initialise(g)
 
     def initialise(self, g):
-        residual = 0.02 / math.sqrt(2.0 * LAYERS)
         # Drawn in the order the first screen drew them (a module's own tensors, then its
         # children's), so its figures stand with the codes in a ModuleDict.
         named = list(self.named_parameters())
         first = [(n, p) for n, p in named if n == "pos_emb" or n.endswith(("anchor_tok", "anchor_pos"))]
         drawn = {n for n, _ in first}
+        tp.draw(first + [(n, p) for n, p in named if n not in drawn], LAYERS, g)
         with torch.no_grad():
-            for name, p in first + [(n, p) for n, p in named if n not in drawn]:
-                if ".ln" in name or name.startswith("ln_f"):
-                    p.fill_(1.0) if name.endswith("weight") else p.zero_()
-                elif name.endswith("bias"):
-                    p.zero_()
-                else:
-                    p.normal_(0.0, residual if name.endswith("proj.weight") else 0.02, generator=g)
             for code in self.codes.values() if self.kind == "cut" else []:
                 if "ortho" in self.options:
                     u = orthonormal(D, self.k, g)

@@ -164,10 +164,14 @@ class Slice(nn.Module):
 
 def initialise(model, layers, seed):
     """GPT-2 initialisation as stages/gpt_modules.cpp's initialise() (own RNG stream)."""
-    g = torch.Generator().manual_seed(seed)
+    draw(model.named_parameters(), layers, torch.Generator().manual_seed(seed))
+
+
+def draw(named, layers, g):
+    """initialise() on (name, tensor) pairs, drawn in their order from the generator g."""
     residual = 0.02 / math.sqrt(2.0 * layers)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in named:
             if ".ln" in name or name.startswith("ln_f"):
                 p.fill_(1.0) if name.endswith("weight") else p.zero_()
             elif name.endswith("bias"):
