@@ -89,14 +89,28 @@ torch::Tensor SliceCuts::leave(const torch::Tensor& h) const {
 }
 
 std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(const std::string&)>& find,
-                                          const std::function<std::vector<std::string>(int)>& writers) {
+                                          const std::function<std::vector<std::string>(int)>& writers, int layers) {
   std::vector<std::string> set;
   const torch::Tensor table = find("tok_emb.weight");
   if (!table.defined()) return set;
-  for (const auto& [layer, code] : codes_) {
+  // A file that is itself a model with codes loads by name, and only with the same cuts: its
+  // blocks were trained around its codes, so neither converting it nor dropping a code is the
+  // model it holds.
+  std::vector<int> fileCuts;
+  for (int layer = 1; layer < layers; ++layer) {
     const std::string name = "cut" + std::to_string(layer);
-    if (find(name + ".encode.weight").defined() || find(name + ".decode.weight").defined()) return {};
+    if (find(name + ".encode.weight").defined() || find(name + ".decode.weight").defined()) fileCuts.push_back(layer);
   }
+  if (!fileCuts.empty() && fileCuts != cuts_) {
+    const auto list = [](const std::vector<int>& cuts) {
+      std::string text;
+      for (const int c : cuts) text += (text.empty() ? "" : ", ") + std::to_string(c);
+      return "[" + text + "]";
+    };
+    throw Error("the file is a model with learned codes before layers " + list(fileCuts) + ", this one cuts before " +
+                list(cuts_) + ": a model with codes loads only with the same cuts (its stages must start at the same layers)");
+  }
+  if (!fileCuts.empty()) return {};
   torch::NoGradGuard noGrad;
   // The tables each receiving side splits, checked once.
   torch::Tensor tokens, positions;

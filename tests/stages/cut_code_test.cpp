@@ -1,6 +1,7 @@
 // A learned code at each cut (GptConfig::cutRank, model.subspace method "cut"): the stages
 // of a model cut in three compose to the whole model with its cuts inside, k numbers a token
-// cross each cut each way (checkComposesInThree), and a stage refuses a code it cannot decode.
+// cross each cut each way (checkComposesInThree), a stage refuses a code it cannot decode, and a
+// model with codes loads (init_from) only into the same cuts.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -139,4 +140,26 @@ TEST_CASE("a pretrained GPT converted to codes at its cuts: the same model at k 
   };
   auto victim = makeGptStage(cutGpt(), 1, 3, 7);
   CHECK_THROWS_WITH(initialiseFrom(*victim, findCrafted, "crafted"), Catch::Contains("block0.proj.weight"));
+}
+
+TEST_CASE("a model with codes loads only with the same cuts: codes at other layers, or one dropped, are refused") {
+  auto source = makeGptStage(cutGpt(), 0, 4, 11);  // a whole model with codes before layers 1 and 3
+  const auto file = byName(source->stateDict());
+  const TensorLookup find = [&](const std::string& name) {
+    const auto it = file.find(name);
+    return it == file.end() ? at::Tensor() : it->second;
+  };
+  auto same = makeGptStage(cutGpt(), 1, 3, 7);  // the same cuts: every tensor by name
+  CHECK(initialiseFrom(*same, find, "cut model").fromSeed.empty());
+  CHECK(torch::equal(byName(same->namedParameters()).at("cut1.decode.weight"), file.at("cut1.decode.weight")));
+
+  GptConfig moved = cutGpt();
+  moved.cuts = {2};
+  auto elsewhere = makeGptStage(moved, 0, 2, 7);
+  CHECK_THROWS_WITH(initialiseFrom(*elsewhere, find, "cut model"),
+                    Catch::Contains("codes before layers [1, 3]") && Catch::Contains("cuts before [2]"));
+  GptConfig fewer = cutGpt();
+  fewer.cuts = {1};
+  auto dropped = makeGptStage(fewer, 1, 4, 7);  // cut 1 is in the file, cut 3 would be dropped
+  CHECK_THROWS_WITH(initialiseFrom(*dropped, find, "cut model"), Catch::Contains("cuts before [1]"));
 }
