@@ -90,7 +90,7 @@ grep -qE '^[[:space:]]*sudo ' "$work/keys-n.sh" && fail "\"Keys for N clusters\"
   { tail -40 "$work/keys-n.log"; fail "docs/operations.md \"Keys for N clusters\", run as written, failed"; }
 for host in $hosts; do
   key=$(cut -d' ' -f1 "$etcn/keys/$host.pub")
-  grep -qxF "$key daemon $host" "$etcn/authorized_keys" ||
+  grep -qxF -- "$key daemon $host" "$etcn/authorized_keys" ||  # a Z85 key may start with "-"
     { cat "$etcn/authorized_keys"; fail "\"Keys for N clusters\" did not admit $host as a daemon"; }
   grep -qxF "tcp://$host:7100 $key" "$etcn/known_daemons" ||
     { cat "$etcn/known_daemons"; fail "\"Keys for N clusters\" did not trust $host at tcp://$host:7100"; }
