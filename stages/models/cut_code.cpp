@@ -93,22 +93,21 @@ std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(cons
   std::vector<std::string> set;
   const torch::Tensor table = find("tok_emb.weight");
   if (!table.defined()) return set;
-  // A file that is itself a model with codes loads by name, and only with the same cuts: its
-  // blocks were trained around its codes, so neither converting it nor dropping a code is the
-  // model it holds.
+  // A file that is itself a model with codes (or a stage's checkpoint of one) loads by name,
+  // and only where its codes are at cuts of this model: its blocks were trained around them,
+  // so neither converting it nor dropping a code is the model it holds.
   std::vector<int> fileCuts;
+  bool elsewhere = false;
   for (int layer = 1; layer < layers; ++layer) {
     const std::string name = "cut" + std::to_string(layer);
-    if (find(name + ".encode.weight").defined() || find(name + ".decode.weight").defined()) fileCuts.push_back(layer);
+    if (!find(name + ".encode.weight").defined() && !find(name + ".decode.weight").defined()) continue;
+    fileCuts.push_back(layer);
+    elsewhere = elsewhere || std::find(cuts_.begin(), cuts_.end(), layer) == cuts_.end();
   }
-  if (!fileCuts.empty() && fileCuts != cuts_) {
-    const auto list = [](const std::vector<int>& cuts) {
-      std::string text;
-      for (const int c : cuts) text += (text.empty() ? "" : ", ") + std::to_string(c);
-      return "[" + text + "]";
-    };
-    throw Error("the file is a model with learned codes before layers " + list(fileCuts) + ", this one cuts before " +
-                list(cuts_) + ": a model with codes loads only with the same cuts (its stages must start at the same layers)");
+  if (elsewhere) {
+    throw Error("the file is a model with learned codes before layers " + c10::str(c10::ArrayRef<int>(fileCuts)) +
+                ", this one cuts before " + c10::str(c10::ArrayRef<int>(cuts_)) +
+                ": a model with codes loads only with the same cuts (its stages must start at the same layers)");
   }
   if (!fileCuts.empty()) return {};
   torch::NoGradGuard noGrad;

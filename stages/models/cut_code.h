@@ -58,9 +58,10 @@ class SliceCuts {
   // encode is Uᵀ, decode U, and the anchor the embeddings' part outside U, so the receiver's
   // h is the embedding plus what those blocks wrote inside U: the pretrained model itself at
   // k = d_model. Returns the names it set; none when the file holds the codes themselves (a
-  // model with the same cuts: they load by name) or no token table. Throws skytrain::Error
-  // naming a missing, misshapen or non-finite tensor, or when the file's codes (looked up
-  // before each of `layers`, the whole model's) are at other cuts.
+  // model, or a stage's checkpoint, with codes at this model's cuts: they load by name) or no
+  // token table. Throws skytrain::Error naming a missing, misshapen or non-finite tensor, or
+  // when the file has a code (looked up before each of `layers`, the whole model's) at a layer
+  // this model does not cut.
   std::vector<std::string> adopt(const std::function<torch::Tensor(const std::string&)>& find,
                                  const std::function<std::vector<std::string>(int)>& writers, int layers);
 

@@ -152,6 +152,18 @@ TEST_CASE("a model with codes loads only with the same cuts: codes at other laye
   auto same = makeGptStage(cutGpt(), 1, 3, 7);  // the same cuts: every tensor by name
   CHECK(initialiseFrom(*same, find, "cut model").fromSeed.empty());
   CHECK(torch::equal(byName(same->namedParameters()).at("cut1.decode.weight"), file.at("cut1.decode.weight")));
+  // A stage's own tensors (its checkpoint holds the codes of its cuts only): by name too.
+  const auto stageFile = byName(makeGptStage(cutGpt(), 0, 1, 11)->stateDict());
+  auto first = makeGptStage(cutGpt(), 0, 1, 7);
+  const InitResult fromStage = initialiseFrom(
+      *first,
+      [&](const std::string& name) {
+        const auto it = stageFile.find(name);
+        return it == stageFile.end() ? at::Tensor() : it->second;
+      },
+      "stage 0");
+  CHECK(fromStage.fromSeed.empty());
+  CHECK(torch::equal(byName(first->namedParameters()).at("cut1.encode.weight"), file.at("cut1.encode.weight")));
 
   GptConfig moved = cutGpt();
   moved.cuts = {2};
@@ -161,5 +173,6 @@ TEST_CASE("a model with codes loads only with the same cuts: codes at other laye
   GptConfig fewer = cutGpt();
   fewer.cuts = {1};
   auto dropped = makeGptStage(fewer, 1, 4, 7);  // cut 1 is in the file, cut 3 would be dropped
-  CHECK_THROWS_WITH(initialiseFrom(*dropped, find, "cut model"), Catch::Contains("cuts before [1]"));
+  CHECK_THROWS_WITH(initialiseFrom(*dropped, find, "cut model"),
+                    Catch::Contains("codes before layers [1, 3]") && Catch::Contains("cuts before [1]"));
 }
