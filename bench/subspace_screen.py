@@ -53,6 +53,20 @@ import activation_codec_probe as probe  # noqa: E402
 import torch_pipeline as tp  # noqa: E402
 
 D, HEADS, LAYERS, D_FF, T, VOCAB, CUT = 512, 8, 6, 2304, 64, 256, 3
+LR, WARMUP = 1e-3, 100
+
+
+def configure(size):
+    """--size "d=128,heads=4,layers=8,ff=512,t=128,cut=4,lr=2e-3,warmup=30": another model than
+    the 20.8M recipe (min_lr stays lr / 10); each worker sets it before it builds a model."""
+    global D, HEADS, LAYERS, D_FF, T, CUT, LR, WARMUP
+    names = {"d": "D", "heads": "HEADS", "layers": "LAYERS", "ff": "D_FF", "t": "T", "cut": "CUT",
+             "lr": "LR", "warmup": "WARMUP"}
+    for item in filter(None, size.split(",")):
+        key, _, value = item.partition("=")
+        if key not in names:
+            raise SystemExit(f"--size: unknown key {key!r} (known: {', '.join(names)})")
+        globals()[names[key]] = float(value) if key == "lr" else int(value)
 
 
 def attention(qkv, heads):
@@ -70,8 +84,9 @@ def attention(qkv, heads):
 class Block(nn.Module):
     """A pre-LN block writing `out` numbers (d_model, or K for a shared-subspace block)."""
 
-    def __init__(self, out=D):
+    def __init__(self, out=None):
         super().__init__()
+        out = out or D
         self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
         self.qkv, self.attn_proj = nn.Linear(D, 3 * D), nn.Linear(D, out)
         self.fc, self.proj = nn.Linear(D, D_FF), nn.Linear(D_FF, out)
@@ -210,6 +225,9 @@ def train(job):
     if time.time() > a.deadline:  # past --minutes: left for another run
         return {"spec": spec, "seed": seed, "skipped": True}
     device = a.device
+    configure(a.size)
+    if device == "cpu":
+        torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     base, _, batch = spec.partition("@b")
@@ -219,8 +237,8 @@ def train(job):
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
-                                  lr=1e-3, betas=(0.9, 0.95))
-    schedule = argparse.Namespace(lr=1e-3, min_lr=1e-4, warmup_lr_steps=100, steps=a.steps)
+                                  lr=LR, betas=(0.9, 0.95))
+    schedule = argparse.Namespace(lr=LR, min_lr=LR / 10, warmup_lr_steps=WARMUP, steps=a.steps)
     data = tp.Corpus(a.data, T, seed)
     windows = validation_windows(a.data, device)
     params = [p for p in model.parameters()]
@@ -264,11 +282,14 @@ def main():
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--size", default="", help="another model: d=,heads=,layers=,ff=,t=,cut=,lr=,warmup=")
+    p.add_argument("--threads", type=int, default=1, help="on a CPU: threads a worker")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--minutes", type=float, default=1e9, help="start no run after this many minutes")
     p.add_argument("--summary")
     a = p.parse_args()
     a.deadline = time.time() + 60 * a.minutes
+    configure(a.size)  # refuse an unknown key before any worker starts
     if a.summary:
         return summary(a.summary)
     jobs = []

@@ -12,6 +12,7 @@
 #include "client/export.h"
 #include "client/hf_export.h"
 #include "daemon/protocol/json_reader.h"
+#include "daemon/protocol/keys.h"
 
 namespace {
 
@@ -50,6 +51,11 @@ void suggestNear(CLI::App& app, int argc, char** argv) {
     const std::string word = argv[i];
     if (word == "--") return;
     if (word.size() > 1 && word[0] == '-') {
+      if (skytrain::protocol::isZ85Key(word)) {  // one key in 85 starts with '-'
+        std::cerr << "\"" << word << "\" is a public key starting with '-', which reads as an option: "
+                  << "give it after \"--\" (skytrain " << at->get_name() << " [OPTIONS] -- KEY) or as @FILE\n";
+        return;
+      }
       const std::string name = word.substr(0, word.find('='));
       const CLI::Option* found = nullptr;
       for (auto* each : chain) found = found ? found : each->get_option_no_throw(name);

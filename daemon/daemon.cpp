@@ -9,8 +9,8 @@
 
 #include "compression/codec_registry.h"
 #include "daemon/coordinator/coordinator.h"
-#include "daemon/coordinator/job_collector.h"
-#include "daemon/coordinator/job_table.h"
+#include "daemon/jobs/job_collector.h"
+#include "daemon/jobs/job_table.h"
 #include "daemon/net/data_router.h"
 #include "daemon/net/refusal_metrics.h"
 #include "daemon/net/zap_handler.h"

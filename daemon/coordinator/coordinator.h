@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/coordinator/job_table.h"
+#include "daemon/jobs/job_table.h"
 #include "daemon/coordinator/stage_fleet.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/job_spec.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/coordinator/job_table.h"
+#include "daemon/jobs/job_table.h"
 #include "daemon/coordinator/stage_fleet.h"
 #include "daemon/protocol/job_spec.h"
 #include "scheduler/planner.h"

@@ -1,4 +1,4 @@
-// Job records that no damage to one file can lose (daemon/coordinator/record_files.h): each
+// Job records that no damage to one file can lose (daemon/jobs/record_files.h): each
 // class of damage to record.json — gone, empty, cut at its first byte, in the middle, one
 // byte short, a flipped byte, a changed value that still parses — is read from the previous
 // generation; both generations damaged, the job is rebuilt from job.json with the
@@ -13,9 +13,9 @@
 #include <set>
 #include <unistd.h>
 
-#include "daemon/coordinator/job_collector.h"
-#include "daemon/coordinator/job_table.h"
-#include "daemon/coordinator/record_files.h"
+#include "daemon/jobs/job_collector.h"
+#include "daemon/jobs/job_table.h"
+#include "daemon/jobs/record_files.h"
 #include "daemon/ops/files.h"
 #include "spec_test_helpers.h"
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # daemon_rooms: every #include of a room of daemon/ points down its arrows (docs: DESIGN's
-# Folders): coordinator/ and stage/ use net/, ops/ and protocol/, never each other; net/ uses
-# ops/ and protocol/; ops/ uses protocol/; protocol/ nothing else in daemon/. No room includes
-# the root (daemon/daemon.h). coordinator/, ops/ and protocol/ include neither Torch nor
+# Folders): coordinator/ and stage/ use net/, ops/ and protocol/, never each other; coordinator/
+# also uses jobs/ (the job records), which uses ops/ and protocol/; net/ uses ops/ and
+# protocol/; ops/ uses protocol/; protocol/ nothing else in daemon/. No room includes the root
+# (daemon/daemon.h). coordinator/, jobs/, ops/ and protocol/ include neither Torch nor
 # stages/ (the models), so they build without it. No room but protocol/ (the spec parser)
 # names a model kind.
 #
@@ -15,17 +16,18 @@ cd "$daemon/.."  # so that files print as daemon/<room>/<file>
 daemon=$(basename "$daemon")
 
 declare -A allowed=(
-  [coordinator]="coordinator net ops protocol"
+  [coordinator]="coordinator jobs net ops protocol"
+  [jobs]="jobs ops protocol"
   [stage]="stage net ops protocol"
   [net]="net ops protocol"
   [ops]="ops protocol"
   [protocol]="protocol"
 )
-torchless=" coordinator ops protocol "
+torchless=" coordinator jobs ops protocol "
 
 bad=0
 checked=0
-for room in coordinator stage net ops protocol; do
+for room in coordinator jobs stage net ops protocol; do
   if [ ! -d "$daemon/$room" ]; then
     echo "$daemon/$room: no such room"
     bad=1
@@ -64,11 +66,11 @@ while IFS= read -r hit; do
   echo "$hit (a model kind named outside daemon/protocol/: ask the model source instead)"
   bad=1
 done < <(grep -rnHE --include='*.h' --include='*.cpp' "$kinds|stages/models/(electra|translation)\.h|maskTokens|replaceTokens" \
-           "$daemon/coordinator" "$daemon/stage" "$daemon/net" "$daemon/ops" "$daemon"/*.cpp "$daemon"/*.h || true)
+           "$daemon/coordinator" "$daemon/jobs" "$daemon/stage" "$daemon/net" "$daemon/ops" "$daemon"/*.cpp "$daemon"/*.h || true)
 
 if [ "$checked" -eq 0 ]; then
   echo "no #include found under $PWD/$daemon: wrong directory?"
   exit 1
 fi
-[ "$bad" -eq 0 ] && echo "ok: $checked includes in daemon/{coordinator,stage,net,ops,protocol} point down"
+[ "$bad" -eq 0 ] && echo "ok: $checked includes in daemon/{coordinator,jobs,stage,net,ops,protocol} point down"
 exit "$bad"

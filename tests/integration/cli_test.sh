@@ -124,6 +124,13 @@ rc=0; "$cli" data prepar x.txt -o y > "$work/typo" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'did you mean "data prepare"' "$work/typo" || { cat "$work/typo"; fail "a nested typo: exit $rc"; }
 rc=0; "$cli" list --stat running > "$work/typo" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] && grep -q 'did you mean "--state"' "$work/typo" || { cat "$work/typo"; fail "a mistyped option: exit $rc"; }
+# A bare public key that starts with '-' (one in 85) reads as an option: the error says so, and
+# "--" before it admits it.
+dash_key='-vPpD6Gq0K7qi[jJ^K9u+rL?Q3/^x7<1Fx@o%G*t'
+rc=0; "$cli" authorize "$dash_key" --role client --name dash --file "$work/dash_keys" > "$work/typo" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -qF "is a public key starting with '-'" "$work/typo" || { cat "$work/typo"; fail "a key starting with '-': exit $rc"; }
+"$cli" authorize --role client --name dash --file "$work/dash_keys" -- "$dash_key" > /dev/null
+grep -qxF -- "$dash_key client dash" "$work/dash_keys" || { cat "$work/dash_keys"; fail "-- KEY was not admitted"; }
 rc=0; "$daemon" --confg x.json > "$work/typo" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || { cat "$work/typo"; fail "skytraind's usage error: exit $rc, not 2"; }
 "$cli" validate "$(spec)" | grep -q "a valid job spec" || fail "validate refused a valid spec"

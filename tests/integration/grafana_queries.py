@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DASHBOARD = os.path.join(HERE, "..", "..", "deploy", "grafana", "skytrain-dashboard.json")
 # The sources of /metrics: the server's own family and the collectors skytraind gives it.
 METRICS_SOURCES = [os.path.join(HERE, "..", "..", "daemon", *parts) for parts in (
-    ("ops", "metrics_server.cpp"), ("coordinator", "job_collector.cpp"), ("net", "refusal_metrics.cpp"))]
+    ("ops", "metrics_server.cpp"), ("jobs", "job_collector.cpp"), ("net", "refusal_metrics.cpp"))]
 
 # Targets ("<panel title>/<refId>") whose result may be empty in prometheus_test.sh's run,
 # each with the reason. Empty on purpose: in that run (a finished two-stage job with eval

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/coordinator/job_record.h"
+#include "daemon/jobs/job_record.h"
 #include "daemon/ops/log_limiter.h"
 
 namespace skytrain::daemon {

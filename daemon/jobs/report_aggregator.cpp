@@ -1,4 +1,4 @@
-#include "daemon/coordinator/report_aggregator.h"
+#include "daemon/jobs/report_aggregator.h"
 
 #include <spdlog/spdlog.h>
 

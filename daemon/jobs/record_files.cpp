@@ -1,4 +1,4 @@
-#include "daemon/coordinator/record_files.h"
+#include "daemon/jobs/record_files.h"
 
 #include <xxhash.h>
 

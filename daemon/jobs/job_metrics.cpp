@@ -1,4 +1,4 @@
-#include "daemon/coordinator/job_metrics.h"
+#include "daemon/jobs/job_metrics.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-// JobMetrics: a job's figures as /metrics shows them (coordinator/job_collector.h) — the
+// JobMetrics: a job's figures as /metrics shows them (jobs/job_collector.h) — the
 // last complete step's, the plan in force's and what each stage sent so far.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/coordinator/job_record.h"
+#include "daemon/jobs/job_record.h"
 
 namespace skytrain::daemon {
 

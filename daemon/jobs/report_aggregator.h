@@ -3,8 +3,8 @@
 // stage confirmed, done stages and failures.
 #pragma once
 
-#include "daemon/coordinator/job_record.h"
-#include "daemon/coordinator/record_files.h"
+#include "daemon/jobs/job_record.h"
+#include "daemon/jobs/record_files.h"
 #include "daemon/protocol/messages.h"
 
 namespace skytrain::daemon {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/coordinator/rendezvous_store.h"
+#include "daemon/jobs/rendezvous_store.h"
 #include "daemon/protocol/job_spec.h"
 
 namespace skytrain::daemon {

@@ -1,4 +1,4 @@
-#include "daemon/coordinator/job_table.h"
+#include "daemon/jobs/job_table.h"
 
 #include <spdlog/spdlog.h>
 

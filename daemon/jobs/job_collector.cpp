@@ -1,11 +1,11 @@
-#include "daemon/coordinator/job_collector.h"
+#include "daemon/jobs/job_collector.h"
 
 #include <map>
 #include <optional>
 #include <string>
 #include <tuple>
 
-#include "daemon/coordinator/job_table.h"
+#include "daemon/jobs/job_table.h"
 #include "daemon/ops/metric_families.h"
 #include "daemon/ops/timing.h"
 

@@ -1,4 +1,4 @@
-#include "daemon/coordinator/job_record.h"
+#include "daemon/jobs/job_record.h"
 
 #include <algorithm>
 

@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/coordinator/job_metrics.h"
-#include "daemon/coordinator/job_record.h"
-#include "daemon/coordinator/record_files.h"
-#include "daemon/coordinator/report_aggregator.h"
+#include "daemon/jobs/job_metrics.h"
+#include "daemon/jobs/job_record.h"
+#include "daemon/jobs/record_files.h"
+#include "daemon/jobs/report_aggregator.h"
 #include "daemon/protocol/job_spec.h"
 #include "daemon/protocol/messages.h"
 

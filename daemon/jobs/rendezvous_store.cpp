@@ -1,4 +1,4 @@
-#include "daemon/coordinator/rendezvous_store.h"
+#include "daemon/jobs/rendezvous_store.h"
 
 #include <cstdint>
 #include <cstdlib>
