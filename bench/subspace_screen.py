@@ -13,8 +13,8 @@ pipeline computes (skytrain's equivalence tests: a pipeline equals one process).
 
 Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
   none             unconstrained
-  half             only the 3 blocks after the cut, on token + position embeddings (what a
-                   receiver that ignores the code can reach)
+  half[:N]         only the 3 blocks after the cut (or the blocks from N on), on token +
+                   position embeddings (what a receiver that ignores the code can reach)
   shared:K         model.subspace {"rank": K}: frozen random token/position tables and a
                    frozen orthonormal U [512, K]; every block writes K coefficients
                    (stages/models/subspace_modules.cpp)
@@ -29,9 +29,14 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                                adds its anchor, initialised to the sender's embeddings
   any SPEC@bN      the same with N sequences a step (more tokens, same steps)
   any SPEC#S,...   the same on seeds S,... only
+A cut model is also validated with each cut's code, then all codes, shuffled across the
+windows (each window decodes another's code: the same values, none of its information);
+"shuffled" in its line.
 
 Usage: python3 bench/subspace_screen.py --data web.txt --out results.jsonl --workers 8 \\
            --seeds 1,2,3 SPEC...
+--size "d=64,heads=4,layers=4,ff=256,t=128,cut=2,lr=2e-3,warmup=30" runs another model (here
+the one docs/EXPERIMENTS.md trains on the 2-core VM, 1 thread a worker: --device cpu --threads 1).
 Each finished run appends one JSON line (spec, seed, loss at 1000 and 2000, seconds);
 --summary FILE prints the mean and spread per spec against "none".
 """
@@ -146,7 +151,7 @@ class Model(nn.Module):
         kind, *rest = spec.split(":")
         self.kind, self.k = kind, int(rest[0]) if rest else D
         self.options = set(rest[1:])
-        first = CUT if kind == "half" else 0
+        first = (int(rest[0]) if rest else CUT) if kind == "half" else 0
         if kind == "shared":
             self.register_buffer("fixed_tok", torch.randn(VOCAB, D, generator=g) * 0.02)
             self.register_buffer("fixed_pos", torch.randn(T, D, generator=g) * 0.02)
@@ -161,6 +166,7 @@ class Model(nn.Module):
         if kind == "cut":
             self.codes = nn.ModuleDict({str(c): Code(self.k, "noanchor" not in self.options) for c in self.cuts})
         self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, VOCAB, bias=False)
+        self.ablated = set()
         self.initialise(g)
 
     def initialise(self, g):
@@ -197,6 +203,8 @@ class Model(nn.Module):
             if self.kind == "cut" and i in self.cuts:
                 code = self.codes[str(i)]
                 sent = code.encode(h - self.embeddings(ids) if "skip" in self.options else h)
+                if i in self.ablated:  # each sequence gets another's code: same values, no information
+                    sent = sent.roll(1, dims=0)
                 h = code.decode(Q13.apply(sent) if "q13" in self.options else sent)
                 if code.anchor_tok is not None:
                     h = h + code.anchor_tok[ids] + code.anchor_pos[: ids.size(1)]
@@ -256,7 +264,14 @@ def train(job):
         if (step + 1) % (a.steps // 2) == 0:
             evals[step + 1] = evaluate(model, windows)
     trained = sum(p.numel() for p in params)
-    return {"spec": spec, "seed": seed, "params": trained, "evals": evals, "seconds": round(time.time() - start, 1)}
+    result = {"spec": spec, "seed": seed, "params": trained, "evals": evals, "seconds": round(time.time() - start, 1)}
+    if model.kind == "cut":  # what the receivers get from the codes: each cut's, then all, shuffled
+        result["shuffled"] = {}
+        for cuts in [[c] for c in model.cuts] + ([model.cuts] if len(model.cuts) > 1 else []):
+            model.ablated = set(cuts)
+            result["shuffled"][",".join(map(str, cuts))] = evaluate(model, windows)
+        model.ablated = set()
+    return result
 
 
 def summary(path):

@@ -204,7 +204,9 @@ TEST_CASE("regressions: requests that used to end or exhaust a daemon are refuse
   const std::string corpusDir = std::filesystem::path(SKYTRAIN_TEST_CORPUS).parent_path().string();
   TestDaemonOptions options{&keys};
   options.dataRoots = {corpusDir, "/dev"};
-  options.prepareTimeoutS = 1;
+  // Short, for the never-started case below, but not shorter than a loaded machine's prepare of
+  // the other stage: at 1 s, stage 0's timeout once failed a job before stage 1's refusal came.
+  options.prepareTimeoutS = 3;
   keys.add("rega", Role::Daemon);
   keys.add("regb", Role::Daemon);
   TestDaemon a("rega", options), b("regb", options);
@@ -329,7 +331,7 @@ TEST_CASE("regressions: requests that used to end or exhaust a daemon are refuse
                    {"spec", s.dump()}, {"coordinator", a.control()}},
                   seconds(5));
     CHECK(ping(context, b, keys.as("root", b.publicKey()))["hosted_stages"] == 1);
-    std::this_thread::sleep_for(milliseconds(4000));
+    std::this_thread::sleep_for(milliseconds(6000));
     CHECK(ping(context, b, keys.as("root", b.publicKey()))["hosted_stages"] == 0);
   }
   SECTION("an oversized request gets an error naming the limit") {
