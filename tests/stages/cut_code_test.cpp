@@ -19,6 +19,7 @@ using namespace skytrain::stages;
 using skytrain::testing::byName;
 using skytrain::testing::checkComposesInThree;
 using skytrain::testing::kRank;
+using skytrain::testing::lookupIn;
 
 namespace {
 
@@ -101,10 +102,7 @@ TEST_CASE("a pretrained GPT converted to codes at its cuts: the same model at k 
   dense.subspaceRank = 0;
   auto pretrained = makeGptStage(dense, 0, 4, 11);  // other weights than the seed 7 the codes start from
   const auto file = byName(pretrained->stateDict());
-  const TensorLookup find = [&](const std::string& name) {
-    const auto it = file.find(name);
-    return it == file.end() ? at::Tensor() : it->second;
-  };
+  const TensorLookup find = lookupIn(file);
   torch::manual_seed(1);
   const at::Tensor ids = torch::randint(0, 50, {2, 12}, torch::kLong);
   const at::Tensor expected = pretrained->forward(0, ids);
@@ -134,10 +132,7 @@ TEST_CASE("a pretrained GPT converted to codes at its cuts: the same model at k 
   auto crafted = file;
   crafted["block0.proj.weight"] = file.at("block0.proj.weight").clone();
   crafted["block0.proj.weight"][0][0] = std::nanf("");
-  const TensorLookup findCrafted = [&](const std::string& name) {
-    const auto it = crafted.find(name);
-    return it == crafted.end() ? at::Tensor() : it->second;
-  };
+  const TensorLookup findCrafted = lookupIn(crafted);
   auto victim = makeGptStage(cutGpt(), 1, 3, 7);
   CHECK_THROWS_WITH(initialiseFrom(*victim, findCrafted, "crafted"), Catch::Contains("block0.proj.weight"));
 }
@@ -145,23 +140,14 @@ TEST_CASE("a pretrained GPT converted to codes at its cuts: the same model at k 
 TEST_CASE("a model with codes loads only with the same cuts: codes at other layers, or one dropped, are refused") {
   auto source = makeGptStage(cutGpt(), 0, 4, 11);  // a whole model with codes before layers 1 and 3
   const auto file = byName(source->stateDict());
-  const TensorLookup find = [&](const std::string& name) {
-    const auto it = file.find(name);
-    return it == file.end() ? at::Tensor() : it->second;
-  };
+  const TensorLookup find = lookupIn(file);
   auto same = makeGptStage(cutGpt(), 1, 3, 7);  // the same cuts: every tensor by name
   CHECK(initialiseFrom(*same, find, "cut model").fromSeed.empty());
   CHECK(torch::equal(byName(same->namedParameters()).at("cut1.decode.weight"), file.at("cut1.decode.weight")));
   // A stage's own tensors (its checkpoint holds the codes of its cuts only): by name too.
   const auto stageFile = byName(makeGptStage(cutGpt(), 0, 1, 11)->stateDict());
   auto first = makeGptStage(cutGpt(), 0, 1, 7);
-  const InitResult fromStage = initialiseFrom(
-      *first,
-      [&](const std::string& name) {
-        const auto it = stageFile.find(name);
-        return it == stageFile.end() ? at::Tensor() : it->second;
-      },
-      "stage 0");
+  const InitResult fromStage = initialiseFrom(*first, lookupIn(stageFile), "stage 0");
   CHECK(fromStage.fromSeed.empty());
   CHECK(torch::equal(byName(first->namedParameters()).at("cut1.encode.weight"), file.at("cut1.encode.weight")));
 

@@ -23,12 +23,7 @@ using skytrain::testing::tinyLlama;
 namespace {
 
 // A lookup over a stage's own tensors, as initialiseFrom gets one from a file.
-TensorLookup lookupOf(const Stage& stage) {
-  return [tensors = byName(stage.stateDict())](const std::string& name) {
-    const auto it = tensors.find(name);
-    return it == tensors.end() ? at::Tensor() : it->second;
-  };
-}
+TensorLookup lookupOf(const Stage& stage) { return skytrain::testing::lookupIn(byName(stage.stateDict())); }
 
 }  // namespace
 

@@ -7,9 +7,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "stages/models/gpt.h"
 #include "stages/models/llama.h"
+#include "stages/weights.h"
 
 namespace skytrain::testing {
 
@@ -46,6 +48,14 @@ inline std::map<std::string, at::Tensor> byName(const stages::NamedTensors& tens
   std::map<std::string, at::Tensor> out;
   for (const auto& [name, tensor] : tensors) out[name] = tensor;
   return out;
+}
+
+// A lookup over tensors by name, as initialiseFrom gets one from a file (undefined: absent).
+inline stages::TensorLookup lookupIn(std::map<std::string, at::Tensor> tensors) {
+  return [tensors = std::move(tensors)](const std::string& name) {
+    const auto it = tensors.find(name);
+    return it == tensors.end() ? at::Tensor() : it->second;
+  };
 }
 
 // A model's stages [0,1) [1,3) [3,4) against the whole model (`make(first, last)` builds each
