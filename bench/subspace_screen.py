@@ -23,6 +23,13 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                    [512 -> K], decode [K -> 512] plus an anchor (token and position tables,
                    trained by the receiver) (stages/models/cut_code.cpp). Options:
                      ortho     encode = U^T, decode = U for a random orthonormal U
+                     split     ortho, and the anchor starts as the embeddings' part outside U
+                               (what fine-tuning's conversion does): at K = d_model the cut
+                               starts as the identity, below it as the projection onto U
+                     frozen    (with ortho or split) encode and decode stay U^T and U: a
+                               predefined subspace at the cut; the blocks around it adapt
+                     fixanchor the anchor stays as it starts (with split: the embeddings'
+                               part outside U as drawn, as the paper's frozen tables)
                      noanchor  no anchor: the receiver's h is decode(code) alone
                      q13       the code through compression/'s q13 both ways (values and gradients)
                      skip      the sender sends encode(h - its own embeddings), the receiver
@@ -178,10 +185,20 @@ class Model(nn.Module):
         tp.draw(first + [(n, p) for n, p in named if n not in drawn], LAYERS, g)
         with torch.no_grad():
             for code in self.codes.values() if self.kind == "cut" else []:
-                if "ortho" in self.options:
+                if self.options & {"ortho", "split"}:
                     u = orthonormal(D, self.k, g)
                     code.encode.weight.copy_(u.t())
                     code.decode.weight.copy_(u)
+                if "frozen" in self.options:
+                    code.encode.weight.requires_grad_(False)
+                    code.decode.weight.requires_grad_(False)
+                if "split" in self.options:
+                    outside = lambda table: table - (table @ u) @ u.t()  # noqa: E731
+                    code.anchor_tok.copy_(outside(self.tok_emb.weight))
+                    code.anchor_pos.copy_(outside(self.pos_emb))
+                if "fixanchor" in self.options:
+                    code.anchor_tok.requires_grad_(False)
+                    code.anchor_pos.requires_grad_(False)
                 if "skip" in self.options:
                     code.anchor_tok.copy_(self.tok_emb.weight)
                     code.anchor_pos.copy_(self.pos_emb)
