@@ -37,8 +37,7 @@ ParameterCounts countParameters(const Stage& stage) {
 
 ParameterCounts applyTrainable(Stage& stage, const std::vector<std::string>& patterns) {
   if (!patterns.empty()) {
-    // A parameter the model keeps frozen itself (a fixed basis at a cut) stays frozen.
-    for (auto& [name, p] : stage.namedParameters()) p.requires_grad_(p.requires_grad() && matchesAny(name, patterns));
+    for (auto& [name, p] : stage.namedParameters()) p.requires_grad_(matchesAny(name, patterns));
   }
   return countParameters(stage);
 }

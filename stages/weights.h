@@ -16,9 +16,7 @@ namespace skytrain::stages {
 
 // Freezes every parameter whose global name matches none of `patterns` (shell globs, where
 // `*` also matches dots: "block3.*", "*.lora_*"); no patterns: everything trains. A frozen
-// parameter gets no gradient and no optimizer state. Patterns only freeze: a parameter frozen
-// already (by the model itself, as a fixed basis at a cut) stays frozen whatever they say.
-// Returns the element counts.
+// parameter gets no gradient and no optimizer state. Returns the element counts.
 struct ParameterCounts {
   int64_t trainable = 0;
   int64_t frozen = 0;

@@ -54,9 +54,6 @@ struct SplitPointSpec {
 struct SubspaceSpec {
   int rank = 0;  // k; 0: off
   std::string method = "shared";  // or "cut"
-  // method "cut": "learned" (encode and decode train) or "fixed" (a predefined orthonormal
-  // basis drawn from the seed, frozen; the anchor starts as the embedding outside it)
-  std::string basis = "learned";
   std::vector<int> cuts;  // method "cut": the layers the stages start at after the first (from $.stages)
   bool enabled() const { return rank > 0; }
   bool atCuts() const { return rank > 0 && method == "cut"; }

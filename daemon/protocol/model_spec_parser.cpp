@@ -26,25 +26,17 @@ SplitPointSpec parseSplitPoint(ObjectReader r, const ModelSpec& m) {
   return s;
 }
 
-// model.subspace: {"rank": k, "method": "shared" | "cut", "basis": "learned" | "fixed"}, for the
-// zoo's causal decoders; what the blocks it changes cannot also have is refused with the reason.
+// model.subspace: {"rank": k, "method": "shared" | "cut"}, for the zoo's causal decoders; what
+// the blocks it changes cannot also have is refused with the reason.
 SubspaceSpec parseSubspace(ObjectReader r, const ModelSpec& m, const ObjectReader& model) {
   SubspaceSpec s;
   s.rank = static_cast<int>(r.integer("rank", std::nullopt, 1, m.dModel));
   s.method = r.string("method", s.method);
-  const bool basisGiven = r.has("basis");
-  s.basis = r.string("basis", s.basis);
   r.finish();
-  const std::string path = model.pathOf("subspace");
   if (s.method != "shared" && s.method != "cut") {
-    throw SpecError(path + ".method", "unknown method \"" + s.method + "\" (valid: shared, cut)");
+    throw SpecError(model.pathOf("subspace") + ".method", "unknown method \"" + s.method + "\" (valid: shared, cut)");
   }
-  if (s.basis != "learned" && s.basis != "fixed") {
-    throw SpecError(path + ".basis", "unknown basis \"" + s.basis + "\" (valid: learned, fixed)");
-  }
-  if (basisGiven && s.method != "cut") {
-    throw SpecError(path + ".basis", "chooses the code at the cuts (method \"cut\"); the shared subspace's basis is always fixed");
-  }
+  const std::string path = model.pathOf("subspace");
   if (m.kind != "gpt" && m.kind != "gpt2" && m.kind != "llama") {
     throw SpecError(path, "is built for the causal decoders (gpt, gpt2, llama), not \"" + m.kind + "\"");
   }

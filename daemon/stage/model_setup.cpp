@@ -74,7 +74,6 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   c.subspaceRank = m.subspace.atCuts() ? 0 : m.subspace.rank;
   c.cutRank = m.subspace.atCuts() ? m.subspace.rank : 0;
   c.cuts = m.subspace.cuts;
-  c.cutBasisFixed = m.subspace.atCuts() && m.subspace.basis == "fixed";
   return c;
 }
 
@@ -108,7 +107,6 @@ stages::LlamaConfig llamaConfig(const protocol::ModelSpec& m) {
   c.subspaceRank = m.subspace.atCuts() ? 0 : m.subspace.rank;
   c.cutRank = m.subspace.atCuts() ? m.subspace.rank : 0;
   c.cuts = m.subspace.cuts;
-  c.cutBasisFixed = m.subspace.atCuts() && m.subspace.basis == "fixed";
   return c;
 }
 

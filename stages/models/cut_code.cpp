@@ -88,22 +88,6 @@ torch::Tensor SliceCuts::leave(const torch::Tensor& h) const {
   return it == codes_.end() ? h : it->second->encode(h);
 }
 
-void SliceCuts::fixBases(uint64_t seed) {
-  torch::NoGradGuard noGrad;
-  torch::Tensor tokens, positions;  // the first stage's embeddings as drawn, when a receiver needs them
-  for (const auto& [layer, code] : codes_) {
-    const torch::Tensor basis = portableBasis("cut" + std::to_string(layer) + ".basis", width_, rank_, seed);
-    if (code->encoder) code->encoder->weight.copy_(basis.t()).requires_grad_(false);
-    if (!code->decoder) continue;
-    code->decoder->weight.copy_(basis).requires_grad_(false);
-    if (!tokens.defined()) tokens = drawWeight("tok_emb.weight", {vocab_, width_}, 0.02, seed);
-    splitTable(tokens, basis.to(torch::kDouble), code->tokens);
-    if (!code->positions.defined()) continue;
-    if (!positions.defined()) positions = drawWeight("pos_emb", {positions_, width_}, 0.02, seed);
-    splitTable(positions, basis.to(torch::kDouble), code->positions);
-  }
-}
-
 std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(const std::string&)>& find,
                                           const std::function<std::vector<std::string>(int)>& writers, int layers) {
   std::vector<std::string> set;

@@ -52,12 +52,6 @@ class SliceCuts {
   torch::Tensor inside(int layer, const torch::Tensor& h, const torch::Tensor& ids) const;
   // The slice's output: the code when a cut is at its end, else h.
   torch::Tensor leave(const torch::Tensor& h) const;
-  // A predefined basis at every cut (GptConfig::cutBasisFixed), after the slice's seeded
-  // initialisation: encode Uᵀ and decode U for U = portableBasis("cut<p>.basis"), frozen, so
-  // both sides of a cut hold the same bits; the anchor starts as the part outside U of the
-  // embeddings the first stage draws from `seed` (drawn here again), so the receiver's h starts
-  // as the embedding plus what the sender wrote inside U.
-  void fixBases(uint64_t seed);
   // A pretrained, unconstrained model's tensors (`find`, by its names; undefined when absent)
   // into the codes, for fine-tuning. At the cut before layer p, U is the top k directions the
   // blocks before it write (`writers(p)`: their output projections, detail::writerBasis);

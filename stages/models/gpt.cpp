@@ -72,7 +72,6 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
   }
   auto slice = std::make_shared<detail::GptSlice>(config, firstLayer, lastLayer);
   detail::initialise(*slice, config, seed);
-  if (config.cutBasisFixed) slice->cuts.fixBases(seed);
   ModuleHooks hooks = ModuleStage::hooksOf(slice);
   hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
   hooks.loss = std::move(loss);

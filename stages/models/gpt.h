@@ -68,11 +68,6 @@ struct GptConfig {
   // Cuts inside a stage (the whole model in one process) compute the same.
   int cutRank = 0;
   std::vector<int> cuts;  // the layers a cut precedes, each in (0, layers)
-  // The codes' basis is predefined (model.subspace.basis "fixed"): at the cut before layer p,
-  // encode Uᵀ and decode U for an orthonormal U [d_model, k] drawn from (seed, "cut<p>.basis")
-  // alone, the same bits on any CPU, both frozen; the anchor starts as the embeddings' part
-  // outside U and trains. At k = d_model the cut starts as the identity.
-  bool cutBasisFixed = false;
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds

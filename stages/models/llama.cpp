@@ -251,7 +251,6 @@ std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer,
   auto slice = std::make_shared<Slice>(config, firstLayer, lastLayer, seed);
   slice->seqLen = config.seqLen;
   initialise(*slice, config, seed);
-  if (config.cutBasisFixed) slice->cuts.fixBases(seed);
   ModuleHooks hooks = ModuleStage::hooksOf(slice);
   hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
   if (slice->cuts.any()) {

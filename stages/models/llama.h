@@ -33,7 +33,6 @@ struct LlamaConfig {
   // A learned code at each cut (as GptConfig::cutRank, the anchor a token table only).
   int cutRank = 0;
   std::vector<int> cuts;
-  bool cutBasisFixed = false;  // as GptConfig::cutBasisFixed
 };
 
 // Stage holding blocks [firstLayer, lastLayer): the first also holds the token embedding

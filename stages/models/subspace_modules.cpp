@@ -61,14 +61,6 @@ torch::Tensor orthonormalColumns(const torch::Tensor& matrix) {
   return transposed.t().contiguous().to(torch::kFloat);
 }
 
-}  // namespace
-
-torch::Tensor portableBasis(const std::string& name, int64_t width, int64_t rank, uint64_t seed) {
-  return orthonormalColumns(drawPortable<double>(name, width, rank, 1.0, seed));
-}
-
-namespace {
-
 // The file's tensor `name`, checked as checkedFileTensor does, in float64.
 torch::Tensor matrix(const TensorFind& find, const std::string& name, int64_t rows, int64_t columns, const char* what) {
   return checkedFileTensor(find(name), name, rows, columns, what).to(torch::kDouble);
@@ -102,7 +94,7 @@ SubspaceFrame::SubspaceFrame(int64_t vocab, int64_t width, int64_t rank, int64_t
   if (positions > 0) {
     this->positions = register_buffer("positions", drawPortable<float>("subspace.positions", positions, width, 0.02, seed));
   }
-  basis = register_buffer("basis", portableBasis("subspace.basis", width, rank, seed));
+  basis = register_buffer("basis", orthonormalColumns(drawPortable<double>("subspace.basis", width, rank, 1.0, seed)));
 }
 
 torch::Tensor SubspaceFrame::fixed(const torch::Tensor& ids) const {

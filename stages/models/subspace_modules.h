@@ -61,10 +61,6 @@ torch::Tensor checkedFileTensor(const torch::Tensor& t, const std::string& name,
 // largest entry made positive. Throws skytrain::Error naming a missing, misshapen or
 // non-finite tensor, or when the eigensolver fails.
 torch::Tensor writerBasis(const TensorFind& find, const std::vector<std::string>& writers, int64_t width, int64_t rank);
-// An orthonormal basis [width, rank] in float from (seed, name) alone, the same bits on any
-// CPU (integer draws, an fma Gram-Schmidt in float64): the shared subspace's U, and a fixed
-// code's at a cut.
-torch::Tensor portableBasis(const std::string& name, int64_t width, int64_t rank, uint64_t seed);
 // A table [rows, width]'s coordinates in `basis` (float64 [width, k]) as float [rows, k],
 // its part outside the basis written into `outside`; in float64 4,096 rows at a time (a
 // 128k x 4096 table would take 4 GB at once).

@@ -238,15 +238,6 @@ TEST_CASE("subspace method \"cut\": a learned code at each stage boundary, the c
   spec["model"]["subspace"]["method"] = 3;
   CHECK(refusal(spec).first == "$.model.subspace.method");
   spec["model"]["subspace"]["method"] = "cut";
-  CHECK(parseJobSpec(spec.dump()).model.subspace.basis == "learned");
-  spec["model"]["subspace"]["basis"] = "fixed";
-  CHECK(parseJobSpec(spec.dump()).model.subspace.basis == "fixed");
-  spec["model"]["subspace"]["basis"] = "random";
-  CHECK(refusal(spec).first == "$.model.subspace.basis");
-  spec["model"]["subspace"]["basis"] = "fixed";
-  spec["model"]["subspace"]["method"] = "shared";  // its basis is always fixed
-  CHECK(refusal(spec).first == "$.model.subspace.basis");
-  spec["model"]["subspace"]["method"] = "cut";
   spec["model"]["split_point"] = {{"block", 1}};
   CHECK(refusal(spec).second.find("split_point") != std::string::npos);
 }

@@ -29,8 +29,7 @@ Json subspaceSpec(const std::string& schedule, int microBatches, const TestDaemo
   spec["name"] = "subspace";
   spec["model"]["kind"] = kind;
   if (kind == "llama") spec["model"]["kv_heads"] = 2;
-  spec["model"]["subspace"] = {{"rank", kRank}, {"method", method == "shared" ? "shared" : "cut"}};
-  if (method == "cut-fixed") spec["model"]["subspace"]["basis"] = "fixed";
+  spec["model"]["subspace"] = {{"rank", kRank}, {"method", method}};
   spec["stages"] = {{{"daemon", a.control()}, {"layers", {0, 1}}},
                     {{"daemon", b.control()}, {"layers", {1, 3}}},
                     {{"daemon", c.control()}, {"layers", {3, 4}}}};
@@ -39,14 +38,14 @@ Json subspaceSpec(const std::string& schedule, int microBatches, const TestDaemo
 
 }  // namespace
 
-// Both methods: a shared subspace every block writes into, and a code at each cut, learned or
-// on a fixed basis (the one process then holds the two cuts inside it).
+// Both methods: a shared subspace every block writes into, and a learned code at each cut
+// (the one process then holds the two cuts inside it).
 TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a token across each cut",
           "[integration]") {
   TestDaemon a("sa"), b("sb"), c("sc");
   zmq::context_t context;
   const std::string kind = GENERATE(as<std::string>{}, "gpt", "llama");
-  const std::string method = GENERATE(as<std::string>{}, "shared", "cut", "cut-fixed");
+  const std::string method = GENERATE(as<std::string>{}, "shared", "cut");
   const Trained reference = trainReference(subspaceSpec("gpipe", 1, a, b, c, kind, method));
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b");
   const int m = GENERATE(1, 2);
@@ -65,12 +64,9 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
   // The clipping norm's exchange carries one float per parameter tensor of the stages below
   // a link: the codes add theirs (gpt: stage 2's cut3.{decode, tokens, positions} up to
   // stage 1, those and stage 1's cut1.{decode, tokens, positions} and cut3.encode up to stage
-  // 0, 10 floats; llama, without position tables, 7). A fixed basis trains no encode or decode:
-  // 2 + 4 floats (gpt), 1 + 2 (llama).
+  // 0, 10 floats; llama, without position tables, 7).
   auto payload = [](int width) { return 2 /*cuts*/ * 2 /*directions*/ * double{kBatch} * kSeq * width * 4; };
-  const std::map<std::string, double> floats = {{"shared", 0}, {"cut", kind == "gpt" ? 10 : 7},
-                                                {"cut-fixed", kind == "gpt" ? 6 : 3}};
-  const double norms = 4.0 * floats.at(method);
+  const double norms = method == "cut" ? 4.0 * (kind == "gpt" ? 10 : 7) : 0.0;
   for (int step = 1; step < kEquivalenceSteps; ++step) {
     const double rest = plain["steps"][step]["bytes_raw"].get<double>() - payload(kDModel);
     CHECK(rest >= 0);
@@ -116,10 +112,6 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
       INFO(name);
       REQUIRE(exported.count(name));
       CHECK(torch::equal(exported.at(name), weights.at(name)));
-    }
-    if (method == "cut-fixed") {  // the frozen basis is exported with the rest, and is the seed's
-      REQUIRE(exported.count("cut1.decode.weight"));
-      CHECK(torch::equal(exported.at("cut1.encode.weight"), exported.at("cut1.decode.weight").t()));
     }
     if (method == "shared") {
       REQUIRE(exported.count("subspace.basis"));

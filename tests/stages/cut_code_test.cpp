@@ -1,8 +1,7 @@
 // A learned code at each cut (GptConfig::cutRank, model.subspace method "cut"): the stages
 // of a model cut in three compose to the whole model with its cuts inside, k numbers a token
-// cross each cut each way (checkComposesInThree), a fixed basis is frozen and the same on both
-// sides, a stage refuses a code it cannot decode, and a model with codes loads (init_from) only
-// into the same cuts.
+// cross each cut each way (checkComposesInThree), a stage refuses a code it cannot decode, and a
+// model with codes loads (init_from) only into the same cuts.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -71,46 +70,6 @@ TEST_CASE("a LLaMA with a learned code at its cuts, cut in three, computes the w
     INFO(first << "-" << last);
     CHECK(llamaParameterCount(cutLlama(), first, last) == numel(*makeLlamaStage(cutLlama(), first, last, 7)));
   }
-}
-
-TEST_CASE("a fixed basis at the cuts: frozen, the same bits on both sides of a cut, the identity at k = d_model") {
-  GptConfig fixed = cutGpt();
-  fixed.cutBasisFixed = true;
-  checkComposesInThree([&](int first, int last) { return makeGptStage(fixed, first, last, 7); }, kRank);
-  // Frozen, whatever model.trainable says; the anchor trains.
-  auto sender = makeGptStage(fixed, 0, 1, 7), receiver = makeGptStage(fixed, 1, 3, 7);
-  applyTrainable(*sender, {"*"});
-  const auto sent = byName(sender->namedParameters()), received = byName(receiver->namedParameters());
-  CHECK_FALSE(sent.at("cut1.encode.weight").requires_grad());
-  CHECK_FALSE(received.at("cut1.decode.weight").requires_grad());
-  CHECK(received.at("cut1.tokens").requires_grad());
-  CHECK(sender->parameters().size() + 1 == sent.size());
-  // One U on both sides, bit for bit, orthonormal; the next cut has its own.
-  const at::Tensor u = received.at("cut1.decode.weight");
-  CHECK(torch::equal(sent.at("cut1.encode.weight"), u.t()));
-  CHECK(torch::allclose(u.t().mm(u), torch::eye(kRank), 1e-5, 1e-5));
-  CHECK_FALSE(torch::allclose(received.at("cut3.encode.weight"), u.t()));
-  // The anchor starts as the first stage's embedding outside U: with the code of the
-  // embedding, the embedding comes back whole.
-  const at::Tensor embedding = sent.at("tok_emb.weight");
-  CHECK(torch::allclose(received.at("cut1.tokens") + embedding.mm(u).mm(u.t()), embedding, 1e-5, 1e-6));
-
-  // At k = d_model the cut starts as the identity: the model without cuts from the same seed.
-  torch::manual_seed(2);
-  const at::Tensor ids = torch::randint(0, 50, {2, 12}, torch::kLong);
-  GptConfig gptWhole = fixed, gptDense = skytrain::testing::tiny();
-  gptWhole.cutRank = gptWhole.dModel;
-  gptDense.subspaceRank = 0;
-  CHECK(torch::allclose(makeGptStage(gptWhole, 0, 4, 7)->forward(0, ids), makeGptStage(gptDense, 0, 4, 7)->forward(0, ids),
-                        1e-4, 1e-5));
-  LlamaConfig llamaWhole = cutLlama(), llamaDense = skytrain::testing::tinyLlama();
-  llamaWhole.cutBasisFixed = true;
-  llamaWhole.cutRank = llamaWhole.dModel;
-  llamaDense.subspaceRank = 0;
-  CHECK(torch::allclose(makeLlamaStage(llamaWhole, 0, 4, 7)->forward(0, ids),
-                        makeLlamaStage(llamaDense, 0, 4, 7)->forward(0, ids), 1e-4, 1e-5));
-  llamaWhole.cutRank = kRank;
-  checkComposesInThree([&](int first, int last) { return makeLlamaStage(llamaWhole, first, last, 7); }, kRank);
 }
 
 TEST_CASE("a stage after a cut refuses a code it cannot decode: another width, no ids, ids out of the vocabulary") {

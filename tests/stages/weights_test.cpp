@@ -47,10 +47,7 @@ TEST_CASE("trainable patterns freeze the rest; no patterns train everything") {
   }
   CHECK(stage->parameters().size() < stage->namedParameters().size());  // the optimizer sees only these
   // `*` crosses dots: one pattern can pick a parameter in every block.
-  CHECK(applyTrainable(*makeGptStage(kConfig, 0, 2, 1), {"*.ln1.*"}).trainable == 2 * 2 * 32);
-  // Patterns only freeze: what is frozen already stays so (a fixed basis at a cut, or here
-  // the patterns before).
-  CHECK(applyTrainable(*stage, {"*"}).trainable == counts.trainable);
+  CHECK(applyTrainable(*stage, {"*.ln1.*"}).trainable == 2 * 2 * 32);
 }
 
 TEST_CASE("weight decay's groups: the LLM rule by default, globs when given, a tied head as its embedding") {
