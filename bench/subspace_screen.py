@@ -36,7 +36,8 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                                adds its anchor, initialised to the sender's embeddings
   any SPEC@bN      the same with N sequences a step (more tokens, same steps)
   any SPEC#S,...   the same on seeds S,... only
-A cut model is also validated with each cut's code, then all codes, shuffled across the
+A spec with an unknown or contradictory option is refused before any run. A cut model is
+also validated with each cut's code, then all codes, shuffled across the
 windows (each window decodes another's code: the same values, none of its information);
 "shuffled" in its line.
 
@@ -158,6 +159,14 @@ class Model(nn.Module):
         kind, *rest = spec.split(":")
         self.kind, self.k = kind, int(rest[0]) if rest else D
         self.options = set(rest[1:])
+        known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "skip"}
+        unknown = {o for o in self.options if o not in known and not o.startswith("at=")}
+        if unknown or (kind != "cut" and self.options):
+            raise ValueError(f"{spec}: unknown or misplaced options {sorted(unknown or self.options)}")
+        if "frozen" in self.options and not self.options & {"ortho", "split"}:
+            raise ValueError(f"{spec}: frozen keeps the start of ortho or split; alone it would freeze random maps")
+        if "noanchor" in self.options and self.options & {"split", "skip", "fixanchor"}:
+            raise ValueError(f"{spec}: split, skip and fixanchor set the anchor that noanchor removes")
         first = (int(rest[0]) if rest else CUT) if kind == "half" else 0
         if kind == "shared":
             self.register_buffer("fixed_tok", torch.randn(VOCAB, D, generator=g) * 0.02)
@@ -280,7 +289,7 @@ def train(job):
         optimizer.step()
         if (step + 1) % (a.steps // 2) == 0:
             evals[step + 1] = evaluate(model, windows)
-    trained = sum(p.numel() for p in params)
+    trained = sum(p.numel() for p in params if p.requires_grad)  # frozen maps and anchors not counted
     result = {"spec": spec, "seed": seed, "params": trained, "evals": evals, "seconds": round(time.time() - start, 1)}
     if model.kind == "cut":  # what the receivers get from the codes: each cut's, then all, shuffled
         result["shuffled"] = {}
@@ -328,6 +337,8 @@ def main():
     for spec in a.specs:  # SPEC#1,2: those seeds only
         spec, _, seeds = spec.partition("#")
         jobs += [(spec, int(seed), a) for seed in (seeds or a.seeds).split(",")]
+    for base in {spec.partition("@b")[0] for spec, _, _ in jobs}:  # refuse a bad spec before any run
+        Model(base, torch.Generator())
     with mp.get_context("spawn").Pool(a.workers) as pool, open(a.out, "a") as out:
         for result in pool.imap_unordered(train, jobs):
             out.write(json.dumps(result) + "\n")
