@@ -32,8 +32,17 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                                part outside U as drawn, as the paper's frozen tables)
                      noanchor  no anchor: the receiver's h is decode(code) alone
                      q13       the code through compression/'s q13 both ways (values and gradients)
+                     bf16      the code as bf16 both ways (half the bytes of K fp32 numbers)
                      skip      the sender sends encode(h - its own embeddings), the receiver
                                adds its anchor, initialised to the sender's embeddings
+                     context=N the anchor adds a table for each of the N - 1 tokens before
+                               each token too (a causal n-gram of ids the receiver has)
+                     nocode    the receiver's h is its anchor alone (the code is not read):
+                               the control for what the anchor can do without the code
+                     paired    embeddings, blocks and head start as the unconstrained model's
+                               of the same seed (the codes are drawn after them; without it
+                               the anchors are drawn first, so every other tensor differs):
+                               a cut model and "none" then differ by the cut alone
   any SPEC@bN      the same with N sequences a step (more tokens, same steps)
   any SPEC#S,...   the same on seeds S,... only
 A spec with an unknown or contradictory option is refused before any run. A cut model is
@@ -123,12 +132,21 @@ def orthonormal(rows, cols, g):
 class Code(nn.Module):
     """One cut's learned code: the sender's encode, the receiver's decode and anchor."""
 
-    def __init__(self, k, anchor):
+    def __init__(self, k, anchor, context=1):
         super().__init__()
         self.encode = nn.Linear(D, k, bias=False)
         self.decode = nn.Linear(k, D, bias=False)
         self.anchor_tok = nn.Parameter(torch.zeros(VOCAB, D)) if anchor else None
         self.anchor_pos = nn.Parameter(torch.zeros(T, D)) if anchor else None
+        # context=N: tables for the N - 1 tokens before each one too (the receiver has the ids)
+        self.anchor_prev = nn.Parameter(torch.zeros(context - 1, VOCAB, D)) if context > 1 else None
+
+    def anchor(self, ids):
+        a = self.anchor_tok[ids] + self.anchor_pos[: ids.size(1)]
+        if self.anchor_prev is not None:
+            for j, table in enumerate(self.anchor_prev, start=1):
+                a = a + F.pad(table[ids[:, :-j]], (0, 0, j, 0))
+        return a
 
 
 def q13_tensor(x):
@@ -153,20 +171,35 @@ class Q13(torch.autograd.Function):
         return q13_tensor(grad)
 
 
+class BF16(torch.autograd.Function):
+    """The code as compression/half_codec.cpp's bf16 both ways (round to nearest)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.detach().to(torch.bfloat16).float()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(torch.bfloat16).float()
+
+
 class Model(nn.Module):
     def __init__(self, spec, g):
         super().__init__()
         kind, *rest = spec.split(":")
         self.kind, self.k = kind, int(rest[0]) if rest else D
         self.options = set(rest[1:])
-        known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "skip"}
-        unknown = {o for o in self.options if o not in known and not o.startswith("at=")}
+        known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "bf16", "skip", "paired", "nocode"}
+        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context="))}
         if unknown or (kind != "cut" and self.options):
             raise ValueError(f"{spec}: unknown or misplaced options {sorted(unknown or self.options)}")
         if "frozen" in self.options and not self.options & {"ortho", "split"}:
             raise ValueError(f"{spec}: frozen keeps the start of ortho or split; alone it would freeze random maps")
-        if "noanchor" in self.options and self.options & {"split", "skip", "fixanchor"}:
-            raise ValueError(f"{spec}: split, skip and fixanchor set the anchor that noanchor removes")
+        if {"q13", "bf16"} <= self.options:
+            raise ValueError(f"{spec}: one codec on the code, q13 or bf16")
+        context = [int(o[8:]) for o in self.options if o.startswith("context=")]
+        if "noanchor" in self.options and (self.options & {"split", "skip", "fixanchor", "nocode"} or context):
+            raise ValueError(f"{spec}: noanchor removes the anchor that split, skip, fixanchor, nocode and context= need")
         first = (int(rest[0]) if rest else CUT) if kind == "half" else 0
         if kind == "shared":
             self.register_buffer("fixed_tok", torch.randn(VOCAB, D, generator=g) * 0.02)
@@ -180,7 +213,8 @@ class Model(nn.Module):
         at = [o for o in self.options if o.startswith("at=")]
         self.cuts = [int(c) for c in at[0][3:].split(",")] if at else [CUT]
         if kind == "cut":
-            self.codes = nn.ModuleDict({str(c): Code(self.k, "noanchor" not in self.options) for c in self.cuts})
+            self.codes = nn.ModuleDict({str(c): Code(self.k, "noanchor" not in self.options, (context or [1])[0])
+                                        for c in self.cuts})
         self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, VOCAB, bias=False)
         self.ablated = set()
         self.initialise(g)
@@ -189,9 +223,14 @@ class Model(nn.Module):
         # Drawn in the order the first screen drew them (a module's own tensors, then its
         # children's), so its figures stand with the codes in a ModuleDict.
         named = list(self.named_parameters())
-        first = [(n, p) for n, p in named if n == "pos_emb" or n.endswith(("anchor_tok", "anchor_pos"))]
-        drawn = {n for n, _ in first}
-        tp.draw(first + [(n, p) for n, p in named if n not in drawn], LAYERS, g)
+        if "paired" in self.options:  # the unconstrained model's draws, then the codes'
+            own = [(n, p) for n, p in named if not n.startswith("codes.")]
+            order = [(n, p) for n, p in own if n == "pos_emb"] + [(n, p) for n, p in own if n != "pos_emb"]
+            order += [(n, p) for n, p in named if n.startswith("codes.")]
+        else:
+            first = [(n, p) for n, p in named if n == "pos_emb" or n.endswith(("anchor_tok", "anchor_pos"))]
+            order = first + [(n, p) for n, p in named if n not in {n for n, _ in first}]
+        tp.draw(order, LAYERS, g)
         with torch.no_grad():
             for code in self.codes.values() if self.kind == "cut" else []:
                 if self.options & {"ortho", "split"}:
@@ -231,9 +270,11 @@ class Model(nn.Module):
                 sent = code.encode(h - self.embeddings(ids) if "skip" in self.options else h)
                 if i in self.ablated:  # each sequence gets another's code: same values, no information
                     sent = sent.roll(1, dims=0)
-                h = code.decode(Q13.apply(sent) if "q13" in self.options else sent)
+                if self.options & {"q13", "bf16"}:
+                    sent = (Q13 if "q13" in self.options else BF16).apply(sent)
+                h = code.decode(sent) * (0.0 if "nocode" in self.options else 1.0)
                 if code.anchor_tok is not None:
-                    h = h + code.anchor_tok[ids] + code.anchor_pos[: ids.size(1)]
+                    h = h + code.anchor(ids)
             h = block(h)
         return self.head(self.ln_f(h))
 
