@@ -39,6 +39,8 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                                each token too (a causal n-gram of ids the receiver has)
                      nocode    the receiver's h is its anchor alone (the code is not read):
                                the control for what the anchor can do without the code
+                     embed=N   (also on none) the model's own input embedding adds a table for
+                               each of the N - 1 tokens before each token (drawn last)
                      paired    embeddings, blocks and head start as the unconstrained model's
                                of the same seed (the codes are drawn after them; without it
                                the anchors are drawn first, so every other tensor differs):
@@ -187,12 +189,15 @@ class Model(nn.Module):
     def __init__(self, spec, g):
         super().__init__()
         kind, *rest = spec.split(":")
+        if kind == "none":  # options only
+            rest = [str(D)] + rest
         self.kind, self.k = kind, int(rest[0]) if rest else D
         self.options = set(rest[1:])
         known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "bf16", "skip", "paired", "nocode"}
-        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context="))}
-        if unknown or (kind != "cut" and self.options):
-            raise ValueError(f"{spec}: unknown or misplaced options {sorted(unknown or self.options)}")
+        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed="))}
+        misplaced = {o for o in self.options if not o.startswith("embed=")} if kind == "none" else set()
+        if unknown or misplaced or (kind not in ("cut", "none") and self.options):
+            raise ValueError(f"{spec}: unknown or misplaced options {sorted(unknown or misplaced or self.options)}")
         if "frozen" in self.options and not self.options & {"ortho", "split"}:
             raise ValueError(f"{spec}: frozen keeps the start of ortho or split; alone it would freeze random maps")
         if {"q13", "bf16"} <= self.options:
@@ -210,6 +215,8 @@ class Model(nn.Module):
         else:
             self.tok_emb, self.pos_emb = nn.Embedding(VOCAB, D), nn.Parameter(torch.zeros(T, D))
             self.blocks = nn.ModuleList(Block() for _ in range(first, LAYERS))
+        embed = [int(o[6:]) for o in self.options if o.startswith("embed=")]
+        self.prev_emb = nn.Parameter(torch.zeros(embed[0] - 1, VOCAB, D)) if embed and embed[0] > 1 else None
         at = [o for o in self.options if o.startswith("at=")]
         self.cuts = [int(c) for c in at[0][3:].split(",")] if at else [CUT]
         if kind == "cut":
@@ -223,13 +230,15 @@ class Model(nn.Module):
         # Drawn in the order the first screen drew them (a module's own tensors, then its
         # children's), so its figures stand with the codes in a ModuleDict.
         named = list(self.named_parameters())
+        last = [(n, p) for n, p in named if n == "prev_emb"]  # embed=N's tables: after the model's own
+        named = [(n, p) for n, p in named if n != "prev_emb"]
         if "paired" in self.options:  # the unconstrained model's draws, then the codes'
             own = [(n, p) for n, p in named if not n.startswith("codes.")]
-            order = [(n, p) for n, p in own if n == "pos_emb"] + [(n, p) for n, p in own if n != "pos_emb"]
+            order = [(n, p) for n, p in own if n == "pos_emb"] + [(n, p) for n, p in own if n != "pos_emb"] + last
             order += [(n, p) for n, p in named if n.startswith("codes.")]
         else:
             first = [(n, p) for n, p in named if n == "pos_emb" or n.endswith(("anchor_tok", "anchor_pos"))]
-            order = first + [(n, p) for n, p in named if n not in {n for n, _ in first}]
+            order = first + [(n, p) for n, p in named if n not in {n for n, _ in first}] + last
         tp.draw(order, LAYERS, g)
         with torch.no_grad():
             for code in self.codes.values() if self.kind == "cut" else []:
@@ -252,7 +261,10 @@ class Model(nn.Module):
                     code.anchor_pos.copy_(self.pos_emb)
 
     def embeddings(self, ids):
-        return self.tok_emb(ids) + self.pos_emb[: ids.size(1)]
+        h = self.tok_emb(ids) + self.pos_emb[: ids.size(1)]
+        for j, table in enumerate(self.prev_emb if self.prev_emb is not None else [], start=1):
+            h = h + F.pad(table[ids[:, :-j]], (0, 0, j, 0))
+        return h
 
     def forward(self, ids):
         if self.kind == "shared":
