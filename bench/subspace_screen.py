@@ -131,6 +131,11 @@ def orthonormal(rows, cols, g):
     return q.float()
 
 
+def previous_tokens(tables, ids):
+    """Table j - 1 looked up at the id j tokens back, summed (zero where there is none)."""
+    return sum(F.pad(table[ids[:, :-j]], (0, 0, j, 0)) for j, table in enumerate(tables, start=1))
+
+
 class Code(nn.Module):
     """One cut's learned code: the sender's encode, the receiver's decode and anchor."""
 
@@ -145,10 +150,7 @@ class Code(nn.Module):
 
     def anchor(self, ids):
         a = self.anchor_tok[ids] + self.anchor_pos[: ids.size(1)]
-        if self.anchor_prev is not None:
-            for j, table in enumerate(self.anchor_prev, start=1):
-                a = a + F.pad(table[ids[:, :-j]], (0, 0, j, 0))
-        return a
+        return a if self.anchor_prev is None else a + previous_tokens(self.anchor_prev, ids)
 
 
 def q13_tensor(x):
@@ -202,8 +204,9 @@ class Model(nn.Module):
             raise ValueError(f"{spec}: frozen keeps the start of ortho or split; alone it would freeze random maps")
         if {"q13", "bf16"} <= self.options:
             raise ValueError(f"{spec}: one codec on the code, q13 or bf16")
-        context = [int(o[8:]) for o in self.options if o.startswith("context=")]
-        if "noanchor" in self.options and (self.options & {"split", "skip", "fixanchor", "nocode"} or context):
+        value = lambda name, default: next((o[len(name) + 1:] for o in self.options if o.startswith(name + "=")), default)  # noqa: E731
+        context, embed = int(value("context", 1)), int(value("embed", 1))
+        if "noanchor" in self.options and (self.options & {"split", "skip", "fixanchor", "nocode"} or context > 1):
             raise ValueError(f"{spec}: noanchor removes the anchor that split, skip, fixanchor, nocode and context= need")
         first = (int(rest[0]) if rest else CUT) if kind == "half" else 0
         if kind == "shared":
@@ -215,13 +218,10 @@ class Model(nn.Module):
         else:
             self.tok_emb, self.pos_emb = nn.Embedding(VOCAB, D), nn.Parameter(torch.zeros(T, D))
             self.blocks = nn.ModuleList(Block() for _ in range(first, LAYERS))
-        embed = [int(o[6:]) for o in self.options if o.startswith("embed=")]
-        self.prev_emb = nn.Parameter(torch.zeros(embed[0] - 1, VOCAB, D)) if embed and embed[0] > 1 else None
-        at = [o for o in self.options if o.startswith("at=")]
-        self.cuts = [int(c) for c in at[0][3:].split(",")] if at else [CUT]
+        self.prev_emb = nn.Parameter(torch.zeros(embed - 1, VOCAB, D)) if embed > 1 else None
+        self.cuts = [int(c) for c in value("at", str(CUT)).split(",")]
         if kind == "cut":
-            self.codes = nn.ModuleDict({str(c): Code(self.k, "noanchor" not in self.options, (context or [1])[0])
-                                        for c in self.cuts})
+            self.codes = nn.ModuleDict({str(c): Code(self.k, "noanchor" not in self.options, context) for c in self.cuts})
         self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, VOCAB, bias=False)
         self.ablated = set()
         self.initialise(g)
@@ -262,9 +262,7 @@ class Model(nn.Module):
 
     def embeddings(self, ids):
         h = self.tok_emb(ids) + self.pos_emb[: ids.size(1)]
-        for j, table in enumerate(self.prev_emb if self.prev_emb is not None else [], start=1):
-            h = h + F.pad(table[ids[:, :-j]], (0, 0, j, 0))
-        return h
+        return h if self.prev_emb is None else h + previous_tokens(self.prev_emb, ids)
 
     def forward(self, ids):
         if self.kind == "shared":
@@ -284,9 +282,12 @@ class Model(nn.Module):
                     sent = sent.roll(1, dims=0)
                 if self.options & {"q13", "bf16"}:
                     sent = (Q13 if "q13" in self.options else BF16).apply(sent)
-                h = code.decode(sent) * (0.0 if "nocode" in self.options else 1.0)
-                if code.anchor_tok is not None:
-                    h = h + code.anchor(ids)
+                if "nocode" in self.options:  # the anchor alone
+                    h = code.anchor(ids)
+                elif code.anchor_tok is not None:
+                    h = code.decode(sent) + code.anchor(ids)
+                else:
+                    h = code.decode(sent)
             h = block(h)
         return self.head(self.ln_f(h))
 
