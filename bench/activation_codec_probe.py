@@ -11,7 +11,7 @@ simulates a codec on that gradient too.
 
 Codecs (64-element blocks of the flattened tensor, as compression/):
   none       the activation as it is
-  q13        thirteen levels, scale = absmax / 6 rounded up to bfloat16 (compression/q13_codec.cpp)
+  q13        thirteen levels, scale = absmax / 6 rounded up to bfloat16 (compression/codecs/q13_codec.cpp)
   q13+rot    the same on each block after an orthonormal 64-point Hadamard rotation
   X@chan     X after dividing each channel by a per-channel scale both sides know without bytes:
              the root mean square of that channel over the previous decoded message (the first
@@ -21,9 +21,9 @@ Codecs (64-element blocks of the flattened tensor, as compression/):
   X@ef       X with error feedback: the previous message's error is added before encoding
   X@pred     X on the activation less a prediction both ends can make: a table by token ID
              plus one by position, each an average of earlier decoded messages (every
-             sixteenth; compression/predictive_codec.cpp's "X+pred")
+             sixteenth; compression/codecs/predictive_codec.cpp's "X+pred")
   X@pred2    the same plus a table by (previous token ID, token ID)
-  int4       fifteen levels a 32-block, float32 scale absmax / 7 (compression/int4_codec.cpp)
+  int4       fifteen levels a 32-block, float32 scale absmax / 7 (compression/codecs/int4_codec.cpp)
   int6       sixty-three levels a 64-block, scale absmax / 31 (not in compression/)
   bf16       each element rounded to bfloat16 (the control: a perturbation with no quality
              cost expected)
@@ -49,7 +49,7 @@ import torch_pipeline as tp  # noqa: E402
 from delayed_update_probe import CLIP, run_seeds, validation_loss  # noqa: E402
 
 BLOCK = 64
-LEARN_EVERY = 16  # compression/prediction_kernels.h's kLearnEvery
+LEARN_EVERY = 16  # compression/kernels/prediction_kernels.h's kLearnEvery
 
 
 def hadamard(n):
@@ -77,12 +77,12 @@ def uniform(blocks, half, round_scale=lambda s: s):
 
 
 def q13(blocks):
-    """compression/q13_codec.cpp: thirteen levels, the scale rounded up to bfloat16."""
+    """compression/codecs/q13_codec.cpp: thirteen levels, the scale rounded up to bfloat16."""
     return uniform(blocks, 6, bf16_up)
 
 
 def int4(blocks):
-    """compression/int4_codec.cpp: 32-blocks, fifteen levels, a float32 scale absmax / 7."""
+    """compression/codecs/int4_codec.cpp: 32-blocks, fifteen levels, a float32 scale absmax / 7."""
     return uniform(blocks.reshape(-1, 32), 7).reshape(blocks.shape)
 
 
@@ -189,7 +189,7 @@ class Codec:
 
     def learn(self, decoded, rate=0.5):
         """Each table in turn moves half way to the mean, over its key, of what the tables
-        before it leave of the decoded residual (compression/predictive_codec.cpp's update)."""
+        before it leave of the decoded residual (compression/codecs/predictive_codec.cpp's update)."""
         d = decoded.shape[-1]
         t = decoded.shape[1]
         rest = (decoded - self.predict(decoded.shape)).reshape(-1, d)

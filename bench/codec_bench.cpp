@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "compression/codec_registry.h"
-#include "compression/prediction_kernels.h"
+#include "compression/kernels/prediction_kernels.h"
 #include "compression/side_tokens.h"
 #include "daemon/ops/allocator.h"
 

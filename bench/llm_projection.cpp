@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/protocol/model_presets.h"
+#include "daemon/protocol/spec/model_presets.h"
 #include "scheduler/error.h"
 #include "scheduler/planner.h"
 #include "stages/models/model_source.h"

@@ -154,7 +154,7 @@ class Code(nn.Module):
 
 
 def q13_tensor(x):
-    """compression/q13_codec.cpp on a tensor: its flattened values in 64-blocks, thirteen levels
+    """compression/codecs/q13_codec.cpp on a tensor: its flattened values in 64-blocks, thirteen levels
     a block (bench/activation_codec_probe.py's q13)."""
     flat = x.reshape(-1)
     pad = (-flat.numel()) % 64
@@ -176,7 +176,7 @@ class Q13(torch.autograd.Function):
 
 
 class BF16(torch.autograd.Function):
-    """The code as compression/half_codec.cpp's bf16 both ways (round to nearest)."""
+    """The code as compression/codecs/half_codec.cpp's bf16 both ways (round to nearest)."""
 
     @staticmethod
     def forward(ctx, x):

@@ -22,7 +22,7 @@ ranks). --comm naive is the pipeline as first written: dist.recv when the schedu
 it, dist.all_reduce for the clipping norm.
 
 Tokens: with --data FILE, the byte tokenizer's ids of that file and skytrain's sampling
-(stages/text_data.cpp: sample j of step s starts at splitmix64(...) % positions of the
+(stages/data/text_data.cpp: sample j of step s starts at splitmix64(...) % positions of the
 train split, the last 5% held out), so both systems train on the same sequences; without
 it, random ids of the same shape.
 
@@ -75,7 +75,7 @@ def splitmix64(x):
 
 
 class Corpus:
-    """stages/text_data.cpp with the byte tokenizer: the train split, skytrain's sampling."""
+    """stages/data/text_data.cpp with the byte tokenizer: the train split, skytrain's sampling."""
 
     def __init__(self, path, seq_len, seed, validation_fraction=0.05):
         with open(path, "rb") as f:
@@ -193,7 +193,7 @@ def schedule_ops(kind, stage, stages, m):
 
 
 def learning_rate(a, step):
-    """daemon/protocol/job_spec.cpp learningRate: linear warm-up, then cosine to min_lr."""
+    """daemon/protocol/spec/job_spec.cpp learningRate: linear warm-up, then cosine to min_lr."""
     if step < a.warmup_lr_steps:
         return a.lr * (step + 1) / a.warmup_lr_steps
     span = max(1, a.steps - 1 - a.warmup_lr_steps)

@@ -14,7 +14,7 @@
 #include "client/format.h"
 #include "client/job_printer.h"
 #include "daemon/protocol/control.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "daemon/protocol/keys.h"
 #include "daemon/protocol/printable.h"
 #include "scheduler/error.h"

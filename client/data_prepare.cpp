@@ -17,9 +17,9 @@
 
 #include "scheduler/error.h"
 #include "stages/seeding.h"
-#include "stages/token_files.h"
-#include "stages/token_manifest.h"
-#include "stages/tokenizer.h"
+#include "stages/tokens/token_files.h"
+#include "stages/tokens/token_manifest.h"
+#include "stages/tokens/tokenizer.h"
 
 namespace skytrain::client {
 namespace {

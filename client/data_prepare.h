@@ -1,4 +1,4 @@
-// `skytrain data prepare`: text or JSONL to pre-tokenised shards (stages/token_files.h) and
+// `skytrain data prepare`: text or JSONL to pre-tokenised shards (stages/tokens/token_files.h) and
 // their manifest, tokenised on every core. The same input gives the same bytes, whatever the
 // number of threads.
 #pragma once

@@ -13,8 +13,8 @@
 #include "client/probe.h"
 #include "client/safetensors_merge.h"
 #include "daemon/protocol/base64.h"
-#include "daemon/protocol/hf_layout.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/hf_layout.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "daemon/protocol/messages.h"
 #include "scheduler/error.h"
 

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "compression/safetensors_header.h"
-#include "daemon/protocol/hf_layout.h"
+#include "compression/wire/safetensors_header.h"
+#include "daemon/protocol/spec/hf_layout.h"
 #include "scheduler/error.h"
 
 namespace skytrain::client {

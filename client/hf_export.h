@@ -2,13 +2,13 @@
 // Hugging Face model directory — config.json, model.safetensors or shards
 // model-0000k-of-0000n.safetensors with model.safetensors.index.json — in the layout
 // transformers' from_pretrained loads. Names and transposes come from the family's table
-// (daemon/protocol/hf_layout.h); a tied head is written once, as the embedding. No Torch.
+// (daemon/protocol/spec/hf_layout.h); a tied head is written once, as the embedding. No Torch.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 
 namespace skytrain::client {
 

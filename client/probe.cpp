@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "client/format.h"
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "scheduler/error.h"
 
 namespace skytrain::client {

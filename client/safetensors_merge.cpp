@@ -9,7 +9,7 @@
 #include <fstream>
 #include <set>
 
-#include "compression/safetensors_header.h"
+#include "compression/wire/safetensors_header.h"
 #include "scheduler/error.h"
 
 namespace skytrain::client {

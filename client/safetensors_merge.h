@@ -1,7 +1,7 @@
 // Merging safetensors files without Torch (`skytrain export`): each stage daemon sends its
 // stage's parameters as one file; the CLI joins them into one with every tensor under its
-// global name. The format's layout is in stages/safetensors.h. Every header passes the same
-// check as the daemon's reader (compression/safetensors_header.h) before anything is
+// global name. The format's layout is in stages/weights/safetensors.h. Every header passes the same
+// check as the daemon's reader (compression/wire/safetensors_header.h) before anything is
 // copied, because the bytes came over a socket.
 #pragma once
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "compression/encoded_tensor.h"
+#include "compression/wire/encoded_tensor.h"
 
 namespace skytrain::compression {
 

@@ -1,7 +1,7 @@
 // Codecs that condition on the token IDs of the micro-batch they carry. Both ends of a link
 // from the first stage to the last hold those IDs without sending them: the first stage
 // draws the micro-batch, and the last draws the same one for its targets. "<inner>+pred"
-// (compression/predictive_codec.cpp) is one.
+// (compression/codecs/predictive_codec.cpp) is one.
 #pragma once
 
 #include <string>

@@ -17,7 +17,7 @@
 #include "daemon/ops/files.h"
 #include "daemon/ops/logging.h"
 #include "daemon/ops/memory_limit.h"
-#include "daemon/ops/metrics_server.h"
+#include "daemon/ops/metrics/metrics_server.h"
 #include "daemon/stage/stage_host.h"
 #include "daemon/stage/weight_export.h"
 #include "scheduler/error.h"

@@ -15,7 +15,7 @@
 #include "daemon/ops/config.h"
 #include "daemon/ops/log_limiter.h"
 #include "daemon/protocol/control.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "daemon/protocol/messages.h"
 
 namespace skytrain::daemon {

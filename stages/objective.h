@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "stages/text_data.h"
+#include "stages/data/text_data.h"
 
 namespace skytrain::stages {
 

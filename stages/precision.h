@@ -1,7 +1,7 @@
 // Mixed precision: the scope inside which a stage's forward runs in a 16-bit type under
 // autocast (matrix products in bf16 or fp16, reductions and norms in fp32), with the
 // weights, their gradients and AdamW's state kept in fp32. bf16 runs on CPU and CUDA; fp16
-// on CUDA only (its narrow range needs the loss scaling of daemon/stage/loss_scaler.h).
+// on CUDA only (its narrow range needs the loss scaling of daemon/stage/update/loss_scaler.h).
 #pragma once
 
 #include <string>

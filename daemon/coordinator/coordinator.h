@@ -16,7 +16,7 @@
 #include "daemon/jobs/job_table.h"
 #include "daemon/coordinator/stage_fleet.h"
 #include "daemon/protocol/control.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "scheduler/planner.h"
 
 namespace skytrain::daemon {

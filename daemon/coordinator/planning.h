@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "scheduler/planner.h"
 
 namespace skytrain::daemon {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "daemon/protocol/control.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 
 namespace skytrain::daemon {
 

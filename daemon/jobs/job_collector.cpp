@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "daemon/jobs/job_table.h"
-#include "daemon/ops/metric_families.h"
+#include "daemon/ops/metrics/metric_families.h"
 #include "daemon/ops/timing.h"
 
 namespace skytrain::daemon {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "daemon/jobs/rendezvous_store.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 
 namespace skytrain::daemon {
 

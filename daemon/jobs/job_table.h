@@ -18,7 +18,7 @@
 #include "daemon/jobs/job_record.h"
 #include "daemon/jobs/record_files.h"
 #include "daemon/jobs/report_aggregator.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "daemon/protocol/messages.h"
 
 namespace skytrain::daemon {

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <optional>
 
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 
 namespace skytrain::daemon {
 

@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "daemon/net/mailbox.h"
 #include "daemon/protocol/control.h"
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "daemon/net/access.h"
-#include "daemon/ops/metric_families.h"
+#include "daemon/ops/metrics/metric_families.h"
 
 namespace skytrain::daemon {
 

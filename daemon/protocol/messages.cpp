@@ -6,7 +6,7 @@
 #include "daemon/protocol/base64.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/job_identity.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
 #include "daemon/protocol/printable.h"

@@ -3,15 +3,15 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "compression/safetensors_header.h"
+#include "compression/wire/safetensors_header.h"
 #include "daemon/ops/memory_limit.h"
 #include "daemon/protocol/failures.h"
-#include "daemon/stage/model_setup.h"
-#include "daemon/stage/pipeline_runner.h"
+#include "daemon/stage/state/model_setup.h"
+#include "daemon/stage/runner/pipeline_runner.h"
 #include "scheduler/error.h"
-#include "stages/hf_checkpoint.h"
-#include "stages/token_files.h"
-#include "stages/token_manifest.h"
+#include "stages/weights/hf_checkpoint.h"
+#include "stages/tokens/token_files.h"
+#include "stages/tokens/token_manifest.h"
 #include "stages/models/model_source.h"
 
 namespace skytrain::daemon {
@@ -29,7 +29,7 @@ bool under(const fs::path& path, const fs::path& root) {
 }
 
 // `modelDirectory`: a Hugging Face model directory is accepted too (its files are checked
-// to stay inside it when read: stages/hf_checkpoint.h).
+// to stay inside it when read: stages/weights/hf_checkpoint.h).
 std::string resolve(const std::string& file, const std::string& field, const std::vector<std::string>& roots,
                     bool modelDirectory = false) {
   std::error_code ec;
@@ -198,7 +198,7 @@ MemoryEstimate estimateStageMemory(const protocol::JobSpec& spec, int stage, dou
   }
   if (protocol::readsData(spec, stage) && spec.data.format == "tokens") {
     // Mapped, not read: the windows a step touches are page cache, and an index is checked
-    // in one pass that drops its pages behind it (stages/token_files.h).
+    // in one pass that drops its pages behind it (stages/tokens/token_files.h).
     m.dataBytes += 32.0 * 1024 * 1024;
   } else if (protocol::readsData(spec, stage)) {
     for (const auto& file : filesOf(spec, stage)) {

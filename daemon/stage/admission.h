@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 
 namespace skytrain::stages {
 class ModelSource;

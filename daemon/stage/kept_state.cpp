@@ -1,6 +1,6 @@
 #include "daemon/stage/kept_state.h"
 
-#include "daemon/stage/stage_context.h"
+#include "daemon/stage/runner/stage_context.h"
 
 namespace skytrain::daemon {
 

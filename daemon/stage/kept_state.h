@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "daemon/stage/checkpoint.h"
+#include "daemon/stage/state/checkpoint.h"
 
 namespace skytrain::daemon {
 

@@ -9,13 +9,13 @@
 #include <filesystem>
 
 #include "compression/codec_registry.h"
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "daemon/ops/files.h"
 #include "daemon/ops/memory_limit.h"
 #include "daemon/protocol/failures.h"
 #include "daemon/protocol/job_identity.h"
 #include "daemon/stage/admission.h"
-#include "daemon/stage/model_setup.h"
+#include "daemon/stage/state/model_setup.h"
 #include "daemon/stage/weight_export.h"
 #include "scheduler/error.h"
 #include "stages/models/model_source.h"

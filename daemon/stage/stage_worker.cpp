@@ -10,9 +10,9 @@
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/failures.h"
 #include "daemon/protocol/messages.h"
-#include "daemon/stage/checkpoint.h"
-#include "daemon/stage/loss_scaler.h"
-#include "daemon/stage/pipeline_runner.h"
+#include "daemon/stage/state/checkpoint.h"
+#include "daemon/stage/update/loss_scaler.h"
+#include "daemon/stage/runner/pipeline_runner.h"
 #include "daemon/stage/weight_export.h"
 
 #include <algorithm>

@@ -18,11 +18,11 @@
 
 #include "daemon/net/mailbox.h"
 #include "daemon/ops/timing.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "daemon/protocol/keys.h"
 #include "daemon/protocol/messages.h"
 #include "daemon/stage/kept_state.h"
-#include "daemon/stage/pipeline_runner.h"
+#include "daemon/stage/runner/pipeline_runner.h"
 
 namespace skytrain::daemon {
 

@@ -9,10 +9,10 @@
 
 #include "daemon/ops/files.h"
 #include "daemon/protocol/base64.h"
-#include "daemon/stage/checkpoint.h"
+#include "daemon/stage/state/checkpoint.h"
 #include "daemon/stage/stage_host.h"
 #include "scheduler/error.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 
 namespace skytrain::daemon {
 namespace {

@@ -6,9 +6,9 @@
 
 #include "scheduler/error.h"
 #include "stages/models/electra.h"
-#include "stages/labelled_data.h"
-#include "stages/parallel_data.h"
-#include "stages/token_data.h"
+#include "stages/data/labelled_data.h"
+#include "stages/data/parallel_data.h"
+#include "stages/data/token_data.h"
 #include "stages/models/torchscript_source.h"
 #include "stages/models/translation.h"
 

@@ -14,7 +14,7 @@
 #include "stages/models/llama.h"
 #include "stages/objective.h"
 #include "stages/stage.h"
-#include "stages/text_data.h"
+#include "stages/data/text_data.h"
 
 namespace skytrain::stages {
 
@@ -46,7 +46,7 @@ struct ModelConfig {
 
 // The job's data, as a model source's data source takes it.
 struct DataConfig {
-  std::string format = "text";  // or "tokens": pre-tokenised shards (stages/token_data.h)
+  std::string format = "text";  // or "tokens": pre-tokenised shards (stages/data/token_data.h)
   std::string dtype = "uint16";  // tokens: of flat files
   std::vector<std::pair<std::vector<std::string>, double>> blend;  // tokens: sources and weights; empty: files
   std::vector<std::string> files;

@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "compression/zip_directory.h"
+#include "compression/wire/zip_directory.h"
 #include "scheduler/error.h"
 #include "stages/allocation_meter.h"
 #include "stages/models/torchscript_stage.h"

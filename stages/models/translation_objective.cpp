@@ -3,7 +3,7 @@
 #include <torch/torch.h>
 
 #include "stages/bleu.h"
-#include "stages/parallel_data.h"
+#include "stages/data/parallel_data.h"
 #include "stages/models/translation.h"
 
 namespace skytrain::stages {

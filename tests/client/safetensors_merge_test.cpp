@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "client/safetensors_merge.h"
-#include "compression/safetensors_header.h"
+#include "compression/wire/safetensors_header.h"
 #include "scheduler/error.h"
 
 using namespace skytrain::client;

@@ -93,7 +93,7 @@ const std::map<std::string, CodecCase>& cases() {
       {"zstd", {"zstd", [](const at::Tensor& x) { return torch::zeros_like(x); },
                 [](const Shape& s) { return static_cast<size_t>(ZSTD_COMPRESSBOUND(numel(s) * 4)); }, true, true}},
       // Orthonormal rotation in front of int4: a 64-block's error is int4's on the rotated
-      // block, at most 8/14 of the block's L2 norm (compression/rotation_codec.cpp).
+      // block, at most 8/14 of the block's L2 norm (compression/codecs/rotation_codec.cpp).
       {"rot", {"int4+rot", [](const at::Tensor& x) { return blockNorm(x, 64) * 8 / 14 * (1 + 1e-4) + 1e-6; },
                [](const Shape& s) {
                  const int64_t padded = (numel(s) + 63) / 64 * 64;

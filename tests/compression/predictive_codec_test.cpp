@@ -1,4 +1,4 @@
-// "<inner>+pred" (compression/predictive_codec.cpp): its error bound, both ends' tables
+// "<inner>+pred" (compression/codecs/predictive_codec.cpp): its error bound, both ends' tables
 // staying equal, what the prediction gains on activations that follow their tokens, its
 // state, and its refusals.
 #include <catch2/catch.hpp>
@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "compression/codec_registry.h"
-#include "compression/prediction_kernels.h"
+#include "compression/kernels/prediction_kernels.h"
 #include "compression/side_tokens.h"
 #include "scheduler/error.h"
 
@@ -100,7 +100,7 @@ TEST_CASE("q13+pred: q13's bound on the residual, the same tables at both ends, 
 }
 
 // A width that is a multiple of 64 runs the fused kernels (the prediction taken off and added
-// back in registers, compression/rotated_blocks.h); 96 runs the prediction as its own pass.
+// back in registers, compression/kernels/rotated_blocks.h); 96 runs the prediction as its own pass.
 // Both must be the inner codec on x - prediction, and its decoding + prediction, bit for bit,
 // and the tables must learn what the header's formulas give from the decoded residual.
 // (One chunk of rows for int3, whose layout is per chunk; q13's is not, so 192 spans two.)

@@ -1,4 +1,4 @@
-// The rotation codec (compression/rotation_codec.cpp): "rot" in front of any codec, the
+// The rotation codec (compression/codecs/rotation_codec.cpp): "rot" in front of any codec, the
 // fused int4+rot, int3+rot and q13+rot against their codec on the rotated vector, and the
 // formats of int3 and q13.
 // Their Codec contract is codec_contract_test's.

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "scheduler/error.h"
 
 using namespace skytrain::compression;

@@ -7,7 +7,7 @@
 #include <random>
 #include <sstream>
 
-#include "compression/zip_directory.h"
+#include "compression/wire/zip_directory.h"
 #include "scheduler/error.h"
 
 using namespace skytrain::compression;

@@ -1,4 +1,4 @@
-// Checkpoints (daemon/stage/checkpoint.h): a stage's snapshot restores exactly, and a truncated,
+// Checkpoints (daemon/stage/state/checkpoint.h): a stage's snapshot restores exactly, and a truncated,
 // corrupted or mismatched checkpoint is refused naming the file and the problem.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -9,8 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "daemon/stage/checkpoint.h"
-#include "daemon/stage/pipeline_runner.h"
+#include "daemon/stage/state/checkpoint.h"
+#include "daemon/stage/runner/pipeline_runner.h"
 #include "daemon/stage/stage_worker.h"
 #include "scheduler/error.h"
 

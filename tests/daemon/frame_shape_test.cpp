@@ -7,7 +7,7 @@
 #include <deque>
 
 #include "compression/codec_registry.h"
-#include "daemon/stage/pipeline_runner.h"
+#include "daemon/stage/runner/pipeline_runner.h"
 #include "scheduler/error.h"
 
 using namespace skytrain;

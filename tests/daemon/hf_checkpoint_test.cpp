@@ -13,14 +13,14 @@
 
 #include "client/hf_export.h"
 #include "client/safetensors_merge.h"
-#include "daemon/protocol/hf_layout.h"
-#include "daemon/protocol/job_spec.h"
-#include "daemon/stage/initial_weights.h"
-#include "daemon/stage/model_setup.h"
+#include "daemon/protocol/spec/hf_layout.h"
+#include "daemon/protocol/spec/job_spec.h"
+#include "daemon/stage/state/initial_weights.h"
+#include "daemon/stage/state/model_setup.h"
 #include "scheduler/error.h"
-#include "stages/hf_checkpoint.h"
+#include "stages/weights/hf_checkpoint.h"
 #include "stages/models/model_source.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 
 using namespace skytrain;
 using nlohmann::json;

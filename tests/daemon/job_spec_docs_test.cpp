@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "daemon/protocol/json_reader.h"
 
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <functional>
 #include <sstream>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "scheduler/error.h"
 #include "tests/daemon/spec_test_helpers.h"
 

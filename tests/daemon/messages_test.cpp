@@ -5,7 +5,7 @@
 #include <functional>
 
 #include "daemon/protocol/control.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/messages.h"
 #include "scheduler/error.h"

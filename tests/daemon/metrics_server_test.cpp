@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/ops/metrics_server.h"
+#include "daemon/ops/metrics/metrics_server.h"
 
 using skytrain::daemon::MetricsServer;
 using Clock = std::chrono::steady_clock;

@@ -1,4 +1,4 @@
-// The model part of a job spec (daemon/protocol/model_spec_parser.h): presets, the
+// The model part of a job spec (daemon/protocol/spec/model_spec_parser.h): presets, the
 // families' own fields and refusals, and the stage layouts of the kinds not cut by layers
 // (torchscript modules, a translation's encoder and decoder).
 #include <catch2/catch.hpp>
@@ -6,7 +6,7 @@
 
 #include <functional>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "tests/daemon/spec_test_helpers.h"
 
 using nlohmann::json;

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "daemon/stage/pipeline_runner.h"
+#include "daemon/stage/runner/pipeline_runner.h"
 #include "scheduler/error.h"
 
 using namespace skytrain;

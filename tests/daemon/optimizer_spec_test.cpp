@@ -1,11 +1,11 @@
-// The "optimizer" section and the precision it trains under (daemon/protocol/optimizer_spec.h):
+// The "optimizer" section and the precision it trains under (daemon/protocol/spec/optimizer_spec.h):
 // the LLM recipe's defaults, fp16's place and its loss scaling.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "tests/daemon/spec_test_helpers.h"
 
 using nlohmann::json;

@@ -7,7 +7,7 @@
 
 #include "daemon/coordinator/planning.h"
 #include "daemon/protocol/failures.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "scheduler/error.h"
 #include "tests/daemon/spec_test_helpers.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "scheduler/error.h"
 
 namespace skytrain::testing {

@@ -13,12 +13,12 @@
 
 #include "compression/codec_registry.h"
 #include "daemon/stage/admission.h"
-#include "daemon/stage/codec_set.h"
-#include "daemon/stage/gradient_pipeline.h"
-#include "daemon/stage/loss_scaler.h"
-#include "daemon/stage/profiler.h"
-#include "daemon/stage/snapshot_reader.h"
-#include "daemon/stage/stage_links.h"
+#include "daemon/stage/runner/codec_set.h"
+#include "daemon/stage/update/gradient_pipeline.h"
+#include "daemon/stage/update/loss_scaler.h"
+#include "daemon/stage/runner/profiler.h"
+#include "daemon/stage/state/snapshot_reader.h"
+#include "daemon/stage/runner/stage_links.h"
 #include "scheduler/error.h"
 
 using namespace skytrain;

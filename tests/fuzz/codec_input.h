@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "compression/encoded_tensor.h"
+#include "compression/wire/encoded_tensor.h"
 
 namespace skytrain::fuzz {
 

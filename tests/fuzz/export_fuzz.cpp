@@ -1,12 +1,12 @@
 // What `skytrain export` applies to a stage daemon's bytes: base64Decode on a chunk
 // (daemon/protocol/base64.h) and the Torch-free safetensors header check before merging
-// (compression/safetensors_header.h). Each parses or refuses with skytrain::Error; a header it
+// (compression/wire/safetensors_header.h). Each parses or refuses with skytrain::Error; a header it
 // accepts describes tensors that tile the data part of the file exactly.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "compression/safetensors_header.h"
+#include "compression/wire/safetensors_header.h"
 #include "daemon/protocol/base64.h"
 #include "scheduler/error.h"
 #include "tests/fuzz/fuzz_check.h"

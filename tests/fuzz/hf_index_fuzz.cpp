@@ -1,4 +1,4 @@
-// A Hugging Face directory's index (stages/hf_checkpoint.h) on any bytes: the input is
+// A Hugging Face directory's index (stages/weights/hf_checkpoint.h) on any bytes: the input is
 // written as model.safetensors.index.json beside a config.json and one real shard, and the
 // directory is opened; it is refused with skytrain::Error or opened, and an opened one only
 // names tensors its shard holds, each readable with the bytes its header says.
@@ -12,8 +12,8 @@
 #include <string>
 
 #include "scheduler/error.h"
-#include "stages/hf_checkpoint.h"
-#include "stages/safetensors.h"
+#include "stages/weights/hf_checkpoint.h"
+#include "stages/weights/safetensors.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

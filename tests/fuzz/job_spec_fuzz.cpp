@@ -1,10 +1,10 @@
-// parseJobSpec (daemon/protocol/job_spec.h) on any bytes: a spec is parsed or refused with
+// parseJobSpec (daemon/protocol/spec/job_spec.h) on any bytes: a spec is parsed or refused with
 // skytrain::Error, and a parsed spec keeps the promises the parser documents.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "scheduler/error.h"
 #include "tests/fuzz/fuzz_check.h"
 

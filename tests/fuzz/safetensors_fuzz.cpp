@@ -1,4 +1,4 @@
-// decodeSafetensors (stages/safetensors.h) on any bytes: a file is refused with
+// decodeSafetensors (stages/weights/safetensors.h) on any bytes: a file is refused with
 // skytrain::Error or decoded, and what decodes survives a round trip: encodeSafetensors of
 // the result decodes to the same names, dtypes, shapes, bytes and metadata, and encoding
 // that again gives the same bytes.
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "scheduler/error.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// decodeFrame (compression/tensor_frame.h) on any two parts: the first two input bytes
+// decodeFrame (compression/wire/tensor_frame.h) on any two parts: the first two input bytes
 // (little-endian, capped at what is left) say where the header ends and the payload
 // begins. A frame is decoded or refused with skytrain::Error; one that decodes encodes
 // back to the same header bytes and keeps its payload.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "scheduler/error.h"
 #include "tests/fuzz/fuzz_check.h"
 

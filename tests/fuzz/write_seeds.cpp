@@ -16,9 +16,9 @@
 #include "compression/codec_registry.h"
 #include "compression/side_tokens.h"
 #include "scheduler/error.h"
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "daemon/protocol/keys.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 #include "tests/fuzz/codec_input.h"
 
 namespace {

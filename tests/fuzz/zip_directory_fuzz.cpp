@@ -1,4 +1,4 @@
-// parseZipDirectory (compression/zip_directory.h) on any bytes: an archive is refused with
+// parseZipDirectory (compression/wire/zip_directory.h) on any bytes: an archive is refused with
 // skytrain::Error or read, and what is read keeps the limits and adds up: at most
 // kMaxZipEntries entries, names of at most kMaxZipNameBytes, each entry's compressed data
 // inside the input, and the uncompressed sizes summing, without overflow, to uncompressedBytes.
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "compression/zip_directory.h"
+#include "compression/wire/zip_directory.h"
 #include "scheduler/error.h"
 #include "tests/fuzz/fuzz_check.h"
 

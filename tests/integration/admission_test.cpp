@@ -14,8 +14,8 @@
 #include "daemon/daemon.h"
 #include "daemon/protocol/control.h"
 #include "daemon_fixture.h"
-#include "stages/token_files.h"
-#include "stages/token_manifest.h"
+#include "stages/tokens/token_files.h"
+#include "stages/tokens/token_manifest.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

@@ -38,7 +38,7 @@ Json spec(const std::string& a, const std::string& b, const std::string& forward
           {"stages", {{{"daemon", a}, {"layers", {0, 1}}}, {{"daemon", b}, {"layers", {1, 2}}}}}};
 }
 
-// Frame header bytes for a 3-d tensor (compression/tensor_frame.h).
+// Frame header bytes for a 3-d tensor (compression/wire/tensor_frame.h).
 int64_t header(const std::string& codec) { return 48 + 8 * 3 + static_cast<int64_t>(codec.size()); }
 
 double meanBytesPerStep(const Json& status) {

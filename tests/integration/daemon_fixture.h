@@ -15,7 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/keys.h"
 

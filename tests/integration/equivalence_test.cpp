@@ -10,9 +10,9 @@
 
 #include "daemon_fixture.h"
 #include "reference_trainer.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "stages/models/gpt.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

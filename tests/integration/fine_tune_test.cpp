@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "daemon_fixture.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

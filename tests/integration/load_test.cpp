@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "daemon/daemon.h"
 #include "daemon_fixture.h"
 

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <thread>
 
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "daemon/daemon.h"
 #include "daemon/stage/stage_host.h"
 #include "daemon_fixture.h"

@@ -9,12 +9,12 @@
 #include <iterator>
 #include <utility>
 
-#include "daemon/protocol/job_spec.h"
-#include "daemon/stage/model_setup.h"
+#include "daemon/protocol/spec/job_spec.h"
+#include "daemon/stage/state/model_setup.h"
 #include "stages/models/model_source.h"
-#include "stages/safetensors.h"
-#include "stages/text_data.h"
-#include "stages/weights.h"
+#include "stages/weights/safetensors.h"
+#include "stages/data/text_data.h"
+#include "stages/weights/weights.h"
 
 namespace skytrain::testing {
 

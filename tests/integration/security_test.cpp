@@ -12,14 +12,14 @@
 #include <thread>
 
 #include "compression/codec_registry.h"
-#include "compression/tensor_frame.h"
+#include "compression/wire/tensor_frame.h"
 #include "daemon/daemon.h"
 #include "daemon/protocol/job_identity.h"
 #include "daemon_fixture.h"
 #include "scheduler/error.h"
-#include "stages/safetensors.h"
-#include "stages/token_files.h"
-#include "stages/token_manifest.h"
+#include "stages/weights/safetensors.h"
+#include "stages/tokens/token_files.h"
+#include "stages/tokens/token_manifest.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

@@ -13,7 +13,7 @@
 #include "daemon_fixture.h"
 #include "reference_trainer.h"
 #include "stages/models/llama.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

@@ -14,7 +14,7 @@
 #include "client/export.h"
 #include "daemon_fixture.h"
 #include "reference_trainer.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

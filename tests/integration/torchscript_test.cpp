@@ -11,9 +11,9 @@
 
 #include "daemon_fixture.h"
 #include "scheduler/error.h"
-#include "daemon/protocol/job_spec.h"
+#include "daemon/protocol/spec/job_spec.h"
 #include "stages/models/model_source.h"
-#include "stages/text_data.h"
+#include "stages/data/text_data.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

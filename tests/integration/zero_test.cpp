@@ -9,9 +9,9 @@
 #include <iterator>
 #include <set>
 
-#include "daemon/stage/checkpoint.h"
+#include "daemon/stage/state/checkpoint.h"
 #include "daemon_fixture.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 
 using namespace skytrain;
 using namespace skytrain::testing;

@@ -1,4 +1,4 @@
-// stages/safetensors.h: round trips of every dtype, the exact byte layout, files exchanged
+// stages/weights/safetensors.h: round trips of every dtype, the exact byte layout, files exchanged
 // with Python in both directions, and one refusal per check the reader makes.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "scheduler/error.h"
-#include "stages/safetensors.h"
+#include "stages/weights/safetensors.h"
 
 using namespace skytrain::stages;
 using Catch::Matchers::Contains;

@@ -11,7 +11,7 @@
 #include "scheduler/error.h"
 #include "stages/models/gpt.h"
 #include "stages/models/llama.h"
-#include "stages/weights.h"
+#include "stages/weights/weights.h"
 #include "tests/stages/subspace_fixtures.h"
 
 using namespace skytrain::stages;

@@ -11,7 +11,7 @@
 
 #include "stages/models/gpt.h"
 #include "stages/models/llama.h"
-#include "stages/weights.h"
+#include "stages/weights/weights.h"
 
 namespace skytrain::testing {
 

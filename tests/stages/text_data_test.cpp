@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "scheduler/error.h"
-#include "stages/text_data.h"
-#include "stages/tokenizer.h"
+#include "stages/data/text_data.h"
+#include "stages/tokens/tokenizer.h"
 
 using namespace skytrain::stages;
 

@@ -12,10 +12,10 @@
 #include <sstream>
 
 #include "scheduler/error.h"
-#include "stages/text_data.h"
-#include "stages/token_data.h"
-#include "stages/token_files.h"
-#include "stages/token_manifest.h"
+#include "stages/data/text_data.h"
+#include "stages/data/token_data.h"
+#include "stages/tokens/token_files.h"
+#include "stages/tokens/token_manifest.h"
 
 using namespace skytrain::stages;
 namespace fs = std::filesystem;

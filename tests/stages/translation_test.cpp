@@ -11,9 +11,9 @@
 #include <map>
 
 #include "stages/models/model_source.h"
-#include "stages/parallel_data.h"
+#include "stages/data/parallel_data.h"
 #include "stages/models/translation.h"
-#include "stages/weights.h"
+#include "stages/weights/weights.h"
 
 using namespace skytrain::stages;
 

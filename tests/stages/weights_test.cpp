@@ -1,4 +1,4 @@
-// init_from and trainable (stages/weights.h) on the zoo's GPT.
+// init_from and trainable (stages/weights/weights.h) on the zoo's GPT.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -6,7 +6,7 @@
 
 #include "scheduler/error.h"
 #include "stages/models/gpt.h"
-#include "stages/weights.h"
+#include "stages/weights/weights.h"
 
 using namespace skytrain;
 using namespace skytrain::stages;

@@ -1,5 +1,5 @@
 // clang 14 accepts no "f16c" in __builtin_cpu_supports (g++ does, and clang from 15), so
-// compression/half_codec.cpp does not compile with it. The fuzz build force-includes this
+// compression/codecs/half_codec.cpp does not compile with it. The fuzz build force-includes this
 // into that one file: the same test, AVX from the builtin and F16C from CPUID leaf 1
 // (ECX bit 29), as libgcc does. Delete it once the fuzz build moves to clang >= 15.
 #pragma once
