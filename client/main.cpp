@@ -9,8 +9,8 @@
 
 #include "client/commands.h"
 #include "client/data_prepare.h"
-#include "client/export.h"
-#include "client/hf_export.h"
+#include "client/export/export.h"
+#include "client/export/hf_export.h"
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
 

@@ -6,7 +6,7 @@
 
 #include "scheduler/error.h"
 #include "stages/models/gpt_modules.h"
-#include "stages/models/subspace_modules.h"
+#include "stages/models/subspace/subspace_modules.h"
 #include "stages/module_stage.h"
 
 namespace skytrain::stages {

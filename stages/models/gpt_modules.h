@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "stages/models/cut_code.h"
+#include "stages/models/subspace/cut_code.h"
 #include "stages/models/gpt.h"
 #include "stages/recompute.h"
 

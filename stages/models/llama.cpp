@@ -9,7 +9,7 @@
 
 #include "scheduler/error.h"
 #include "stages/models/gpt_modules.h"
-#include "stages/models/subspace_modules.h"
+#include "stages/models/subspace/subspace_modules.h"
 #include "stages/module_stage.h"
 #include "stages/recompute.h"
 #include "stages/split_backward.h"

@@ -9,7 +9,7 @@
 #include "stages/data/labelled_data.h"
 #include "stages/data/parallel_data.h"
 #include "stages/data/token_data.h"
-#include "stages/models/torchscript_source.h"
+#include "stages/models/torchscript/torchscript_source.h"
 #include "stages/models/translation.h"
 
 namespace skytrain::stages {

@@ -1,4 +1,4 @@
-// `export -o` and `plot -o` write only a new file or over a regular one (client/export.h).
+// `export -o` and `plot -o` write only a new file or over a regular one (client/export/export.h).
 #include <catch2/catch.hpp>
 
 #include <sys/socket.h>
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "client/export.h"
+#include "client/export/export.h"
 #include "scheduler/error.h"
 
 using skytrain::client::checkOutputPath;

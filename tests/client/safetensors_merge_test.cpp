@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "client/safetensors_merge.h"
+#include "client/export/safetensors_merge.h"
 #include "compression/wire/safetensors_header.h"
 #include "scheduler/error.h"
 

@@ -11,8 +11,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "client/hf_export.h"
-#include "client/safetensors_merge.h"
+#include "client/export/hf_export.h"
+#include "client/export/safetensors_merge.h"
 #include "daemon/protocol/spec/hf_layout.h"
 #include "daemon/protocol/spec/job_spec.h"
 #include "daemon/stage/state/initial_weights.h"

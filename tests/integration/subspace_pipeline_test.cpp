@@ -9,7 +9,7 @@
 #include <map>
 
 #include "client/commands.h"
-#include "client/export.h"
+#include "client/export/export.h"
 #include "daemon_fixture.h"
 #include "reference_trainer.h"
 #include "stages/models/llama.h"

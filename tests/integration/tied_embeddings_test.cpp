@@ -11,7 +11,7 @@
 #include <string>
 
 #include "client/commands.h"
-#include "client/export.h"
+#include "client/export/export.h"
 #include "daemon_fixture.h"
 #include "reference_trainer.h"
 #include "stages/weights/safetensors.h"

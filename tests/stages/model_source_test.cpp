@@ -10,7 +10,7 @@
 #include "stages/models/electra.h"
 #include "stages/allocation_meter.h"
 #include "stages/models/model_source.h"
-#include "stages/models/torchscript_stage.h"
+#include "stages/models/torchscript/torchscript_stage.h"
 
 #include <torch/script.h>
 #include <filesystem>

@@ -1,4 +1,4 @@
-// The "torchscript" kind: one TorchScript file per stage (stages/models/torchscript_stage.h
+// The "torchscript" kind: one TorchScript file per stage (stages/models/torchscript/torchscript_stage.h
 // loads each), cut by the user rather than by layer ranges.
 #pragma once
 

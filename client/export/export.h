@@ -20,7 +20,7 @@ void checkOutputPath(const std::string& path);
 
 struct ExportOptions {
   int64_t step = -1;                    // a complete checkpoint's step; -1: the final weights
-  std::string format = "safetensors";  // or "hf": a Hugging Face model directory (client/hf_export.h)
+  std::string format = "safetensors";  // or "hf": a Hugging Face model directory (client/export/hf_export.h)
   uint64_t shardBytes = 5'000'000'000;  // hf: the largest shard
 };
 int exportWeights(const ClientOptions& options, const std::string& job, const std::string& out,

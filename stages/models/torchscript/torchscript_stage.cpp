@@ -1,4 +1,4 @@
-#include "stages/models/torchscript_stage.h"
+#include "stages/models/torchscript/torchscript_stage.h"
 
 #include <torch/script.h>
 

@@ -1,11 +1,11 @@
-#include "stages/models/cut_code.h"
+#include "stages/models/subspace/cut_code.h"
 
 #include <algorithm>
 #include <string>
 
 #include "scheduler/error.h"
 #include "stages/models/gpt.h"
-#include "stages/models/subspace_modules.h"
+#include "stages/models/subspace/subspace_modules.h"
 
 namespace skytrain::stages::detail {
 

@@ -1,4 +1,4 @@
-#include "client/export.h"
+#include "client/export/export.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,9 +9,9 @@
 #include <iostream>
 
 #include "client/format.h"
-#include "client/hf_export.h"
+#include "client/export/hf_export.h"
 #include "client/probe.h"
-#include "client/safetensors_merge.h"
+#include "client/export/safetensors_merge.h"
 #include "daemon/protocol/base64.h"
 #include "daemon/protocol/spec/hf_layout.h"
 #include "daemon/protocol/spec/job_spec.h"

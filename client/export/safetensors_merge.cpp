@@ -1,4 +1,4 @@
-#include "client/safetensors_merge.h"
+#include "client/export/safetensors_merge.h"
 
 #include <nlohmann/json.hpp>
 

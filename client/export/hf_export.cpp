@@ -1,4 +1,4 @@
-#include "client/hf_export.h"
+#include "client/export/hf_export.h"
 
 #include <cerrno>
 #include <cstdio>

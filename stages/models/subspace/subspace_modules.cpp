@@ -1,4 +1,4 @@
-#include "stages/models/subspace_modules.h"
+#include "stages/models/subspace/subspace_modules.h"
 
 #include <xxhash.h>
 

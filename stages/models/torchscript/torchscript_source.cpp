@@ -1,4 +1,4 @@
-#include "stages/models/torchscript_source.h"
+#include "stages/models/torchscript/torchscript_source.h"
 
 #include <torch/torch.h>
 
@@ -9,7 +9,7 @@
 #include "compression/wire/zip_directory.h"
 #include "scheduler/error.h"
 #include "stages/allocation_meter.h"
-#include "stages/models/torchscript_stage.h"
+#include "stages/models/torchscript/torchscript_stage.h"
 
 namespace skytrain::stages {
 namespace {
