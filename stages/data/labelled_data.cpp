@@ -77,17 +77,11 @@ TokenBatch LabelledDataSource::gather(const std::vector<const Example*>& example
 }
 
 TokenBatch LabelledDataSource::trainBatch(uint64_t step, int firstSample, int count) const {
-  std::vector<const Example*> picked;
-  for (int j = 0; j < count; ++j) {
-    picked.push_back(&train_[sampleIndex(options_.seed, step, static_cast<uint64_t>(firstSample + j), 0x51ed, train_.size())]);
-  }
-  return gather(picked);
+  return gather(trainingPicks(train_, options_.seed, step, firstSample, count, 0x51ed));
 }
 
 TokenBatch LabelledDataSource::validationBatch(int firstSample, int count) const {
-  std::vector<const Example*> picked;
-  for (int j = 0; j < count; ++j) picked.push_back(&validation_[(firstSample + j) % validation_.size()]);
-  return gather(picked);
+  return gather(validationPicks(validation_, firstSample, count));
 }
 
 }  // namespace skytrain::stages

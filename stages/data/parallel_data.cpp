@@ -87,17 +87,11 @@ TokenBatch ParallelDataSource::gather(const std::vector<const Pair*>& pairs) con
 }
 
 TokenBatch ParallelDataSource::trainBatch(uint64_t step, int firstSample, int count) const {
-  std::vector<const Pair*> picked;
-  for (int j = 0; j < count; ++j) {
-    picked.push_back(&train_[sampleIndex(options_.seed, step, static_cast<uint64_t>(firstSample + j), 0x7a12, train_.size())]);
-  }
-  return gather(picked);
+  return gather(trainingPicks(train_, options_.seed, step, firstSample, count, 0x7a12));
 }
 
 TokenBatch ParallelDataSource::validationBatch(int firstSample, int count) const {
-  std::vector<const Pair*> picked;
-  for (int j = 0; j < count; ++j) picked.push_back(&validation_[(firstSample + j) % validation_.size()]);
-  return gather(picked);
+  return gather(validationPicks(validation_, firstSample, count));
 }
 
 std::string ParallelDataSource::validationReference(int sample) const {
