@@ -17,17 +17,24 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                    position embeddings (what a receiver that ignores the code can reach)
   shared:K         model.subspace {"rank": K}: frozen random token/position tables and a
                    frozen orthonormal U [512, K]; every block writes K coefficients
-                   (stages/models/subspace_modules.cpp)
+                   (stages/models/subspace/subspace_modules.cpp)
   cut:K[:OPT...]   model.subspace {"rank": K, "method": "cut"} before block 3 (at=2,4: before
                    blocks 2 and 4, a 3-stage chain; every cut its own code): encode
                    [512 -> K], decode [K -> 512] plus an anchor (token and position tables,
-                   trained by the receiver) (stages/models/cut_code.cpp). Options:
+                   trained by the receiver) (stages/models/subspace/cut_code.cpp). Options:
                      ortho     encode = U^T, decode = U for a random orthonormal U
                      split     ortho, and the anchor starts as the embeddings' part outside U
                                (what fine-tuning's conversion does): at K = d_model the cut
                                starts as the identity, below it as the projection onto U
                      frozen    (with ortho or split) encode and decode stay U^T and U: a
                                predefined subspace at the cut; the blocks around it adapt
+                     anneal=N  the code starts at full width as the identity (split at K =
+                               d_model) and sends fewer numbers over the first N steps, down
+                               to K (channel j is faded out as the width passes it): K a
+                               token after step N, more before
+                     stiefel   one orthonormal U [512, K] learned by both ends (encode U^T,
+                               decode U), put back on the orthonormal matrices after each
+                               step (QR): a learned projection, as MAPL's (arXiv 2606.05484)
                      fixanchor the anchor stays as it starts (with split: the embeddings'
                                part outside U as drawn, as the paper's frozen tables)
                      noanchor  no anchor: the receiver's h is decode(code) alone
@@ -139,10 +146,10 @@ def previous_tokens(tables, ids):
 class Code(nn.Module):
     """One cut's learned code: the sender's encode, the receiver's decode and anchor."""
 
-    def __init__(self, k, anchor, context=1):
+    def __init__(self, k, anchor, context=1, tied=False):
         super().__init__()
         self.encode = nn.Linear(D, k, bias=False)
-        self.decode = nn.Linear(k, D, bias=False)
+        self.decode = (lambda c: c @ self.encode.weight) if tied else nn.Linear(k, D, bias=False)
         self.anchor_tok = nn.Parameter(torch.zeros(VOCAB, D)) if anchor else None
         self.anchor_pos = nn.Parameter(torch.zeros(T, D)) if anchor else None
         # context=N: tables for the N - 1 tokens before each one too (the receiver has the ids)
@@ -195,17 +202,25 @@ class Model(nn.Module):
             rest = [str(D)] + rest
         self.kind, self.k = kind, int(rest[0]) if rest else D
         self.options = set(rest[1:])
-        known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "bf16", "skip", "paired", "nocode"}
-        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed="))}
+        known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "bf16", "skip", "paired", "nocode", "stiefel"}
+        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed=", "anneal="))}
         misplaced = {o for o in self.options if not o.startswith("embed=")} if kind == "none" else set()
         if unknown or misplaced or (kind not in ("cut", "none") and self.options):
             raise ValueError(f"{spec}: unknown or misplaced options {sorted(unknown or misplaced or self.options)}")
         if "frozen" in self.options and not self.options & {"ortho", "split"}:
             raise ValueError(f"{spec}: frozen keeps the start of ortho or split; alone it would freeze random maps")
+        if {"stiefel", "frozen"} <= self.options:
+            raise ValueError(f"{spec}: stiefel learns U; frozen keeps it")
         if {"q13", "bf16"} <= self.options:
             raise ValueError(f"{spec}: one codec on the code, q13 or bf16")
         value = lambda name, default: next((o[len(name) + 1:] for o in self.options if o.startswith(name + "=")), default)  # noqa: E731
         context, embed = int(value("context", 1)), int(value("embed", 1))
+        self.anneal, self.step = int(value("anneal", 0)), 0
+        if self.anneal and self.options & {"ortho", "split", "stiefel", "frozen", "noanchor", "skip"}:
+            raise ValueError(f"{spec}: anneal starts as split at full width; it takes no other start")
+        if self.anneal:
+            self.options.add("split")
+        width = D if self.anneal else self.k  # the numbers the maps hold; anneal sends fewer
         if "noanchor" in self.options and (self.options & {"split", "skip", "fixanchor", "nocode"} or context > 1):
             raise ValueError(f"{spec}: noanchor removes the anchor that split, skip, fixanchor, nocode and context= need")
         first = (int(rest[0]) if rest else CUT) if kind == "half" else 0
@@ -221,7 +236,7 @@ class Model(nn.Module):
         self.prev_emb = nn.Parameter(torch.zeros(embed - 1, VOCAB, D)) if embed > 1 else None
         self.cuts = [int(c) for c in value("at", str(CUT)).split(",")]
         if kind == "cut":
-            self.codes = nn.ModuleDict({str(c): Code(self.k, "noanchor" not in self.options, context) for c in self.cuts})
+            self.codes = nn.ModuleDict({str(c): Code(width, "noanchor" not in self.options, context, "stiefel" in self.options) for c in self.cuts})
         self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, VOCAB, bias=False)
         self.ablated = set()
         self.initialise(g)
@@ -242,10 +257,11 @@ class Model(nn.Module):
         tp.draw(order, LAYERS, g)
         with torch.no_grad():
             for code in self.codes.values() if self.kind == "cut" else []:
-                if self.options & {"ortho", "split"}:
-                    u = orthonormal(D, self.k, g)
+                if self.options & {"ortho", "split", "stiefel"}:
+                    u = orthonormal(D, code.encode.weight.size(0), g)
                     code.encode.weight.copy_(u.t())
-                    code.decode.weight.copy_(u)
+                    if "stiefel" not in self.options:
+                        code.decode.weight.copy_(u)
                 if "frozen" in self.options:
                     code.encode.weight.requires_grad_(False)
                     code.decode.weight.requires_grad_(False)
@@ -259,6 +275,18 @@ class Model(nn.Module):
                 if "skip" in self.options:
                     code.anchor_tok.copy_(self.tok_emb.weight)
                     code.anchor_pos.copy_(self.pos_emb)
+
+    def width_mask(self):
+        """anneal: 1 for the channels still sent at this step, a fade on the one being dropped."""
+        width = D - (D - self.k) * min(1.0, self.step / self.anneal)
+        return (width - torch.arange(D, dtype=torch.float32)).clamp(0, 1)
+
+    def retract(self):
+        """stiefel: each U back to the nearest orthonormal frame of its column space (QR)."""
+        with torch.no_grad():
+            for code in self.codes.values() if "stiefel" in self.options else []:
+                q, r = torch.linalg.qr(code.encode.weight.t())
+                code.encode.weight.copy_((q * torch.sign(torch.diagonal(r))).t())
 
     def embeddings(self, ids):
         h = self.tok_emb(ids) + self.pos_emb[: ids.size(1)]
@@ -278,6 +306,8 @@ class Model(nn.Module):
             if self.kind == "cut" and i in self.cuts:
                 code = self.codes[str(i)]
                 sent = code.encode(h - self.embeddings(ids) if "skip" in self.options else h)
+                if self.anneal:
+                    sent = sent * self.width_mask().to(sent.device)
                 if i in self.ablated:  # each sequence gets another's code: same values, no information
                     sent = sent.roll(1, dims=0)
                 if self.options & {"q13", "bf16"}:
@@ -336,12 +366,15 @@ def train(job):
             group["lr"] = tp.learning_rate(schedule, step)
         x, y = data.batch(step, 0, batch)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        model.step = step
         loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
+        model.retract()
         if (step + 1) % (a.steps // 2) == 0:
+            model.step = step + 1
             evals[step + 1] = evaluate(model, windows)
     trained = sum(p.numel() for p in params if p.requires_grad)  # frozen maps and anchors not counted
     result = {"spec": spec, "seed": seed, "params": trained, "evals": evals, "seconds": round(time.time() - start, 1)}
