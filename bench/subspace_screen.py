@@ -48,6 +48,10 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                                the control for what the anchor can do without the code
                      embed=N   (also on none) the model's own input embedding adds a table for
                                each of the N - 1 tokens before each token (drawn last)
+                     aux=W     (also on none, with at=) the sender's stream at each cut also
+                               predicts the next token through a head of its own (LayerNorm,
+                               linear; drawn last), its loss added at weight W: the blocks
+                               before a cut learn from their own loss, not only through the code
                      paired    embeddings, blocks and head start as the unconstrained model's
                                of the same seed (the codes are drawn after them; without it
                                the anchors are drawn first, so every other tensor differs):
@@ -203,8 +207,8 @@ class Model(nn.Module):
         self.kind, self.k = kind, int(rest[0]) if rest else D
         self.options = set(rest[1:])
         known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "bf16", "skip", "paired", "nocode", "stiefel"}
-        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed=", "anneal="))}
-        misplaced = {o for o in self.options if not o.startswith("embed=")} if kind == "none" else set()
+        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed=", "anneal=", "aux="))}
+        misplaced = {o for o in self.options if not o.startswith(("embed=", "aux=", "at="))} if kind == "none" else set()
         if unknown or misplaced or (kind not in ("cut", "none") and self.options):
             raise ValueError(f"{spec}: unknown or misplaced options {sorted(unknown or misplaced or self.options)}")
         if "frozen" in self.options and not self.options & {"ortho", "split"}:
@@ -215,6 +219,9 @@ class Model(nn.Module):
             raise ValueError(f"{spec}: one codec on the code, q13 or bf16")
         value = lambda name, default: next((o[len(name) + 1:] for o in self.options if o.startswith(name + "=")), default)  # noqa: E731
         context, embed = int(value("context", 1)), int(value("embed", 1))
+        self.aux = float(value("aux", 0))
+        if kind == "none" and value("at", None) and not self.aux:
+            raise ValueError(f"{spec}: at= on none places aux=; alone it does nothing")
         self.anneal, self.step = int(value("anneal", 0)), 0
         if self.anneal and self.options & {"ortho", "split", "stiefel", "frozen", "noanchor", "skip"}:
             raise ValueError(f"{spec}: anneal starts as split at full width; it takes no other start")
@@ -234,6 +241,9 @@ class Model(nn.Module):
             self.tok_emb, self.pos_emb = nn.Embedding(VOCAB, D), nn.Parameter(torch.zeros(T, D))
             self.blocks = nn.ModuleList(Block() for _ in range(first, LAYERS))
         self.prev_emb = nn.Parameter(torch.zeros(embed - 1, VOCAB, D)) if embed > 1 else None
+        if self.aux:  # named so that draw() gives its LayerNorm ones and zeros
+            self.aux_heads = nn.ModuleDict({"ln": nn.LayerNorm(D), "head": nn.Linear(D, VOCAB, bias=False)})
+        self.aux_streams = []
         self.cuts = [int(c) for c in value("at", str(CUT)).split(",")]
         if kind == "cut":
             self.codes = nn.ModuleDict({str(c): Code(width, "noanchor" not in self.options, context, "stiefel" in self.options) for c in self.cuts})
@@ -245,8 +255,9 @@ class Model(nn.Module):
         # Drawn in the order the first screen drew them (a module's own tensors, then its
         # children's), so its figures stand with the codes in a ModuleDict.
         named = list(self.named_parameters())
-        last = [(n, p) for n, p in named if n == "prev_emb"]  # embed=N's tables: after the model's own
-        named = [(n, p) for n, p in named if n != "prev_emb"]
+        later = lambda n: n == "prev_emb" or n.startswith("aux_heads.")  # noqa: E731
+        last = [(n, p) for n, p in named if later(n)]  # embed=N's tables, aux='s head: after the model's own
+        named = [(n, p) for n, p in named if not later(n)]
         if "paired" in self.options:  # the unconstrained model's draws, then the codes'
             own = [(n, p) for n, p in named if not n.startswith("codes.")]
             order = [(n, p) for n, p in own if n == "pos_emb"] + [(n, p) for n, p in own if n != "pos_emb"] + last
@@ -302,7 +313,10 @@ class Model(nn.Module):
                 c = c + block.mlp(lift(c))
             return self.head(self.ln_f(lift(c)))
         h = self.embeddings(ids)
+        self.aux_streams = []
         for i, block in enumerate(self.blocks):
+            if self.aux and i in self.cuts:  # the sender's stream, before any code
+                self.aux_streams.append(h)
             if self.kind == "cut" and i in self.cuts:
                 code = self.codes[str(i)]
                 sent = code.encode(h - self.embeddings(ids) if "skip" in self.options else h)
@@ -368,6 +382,9 @@ def train(job):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         model.step = step
         loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        for h in model.aux_streams:  # aux=W: each sender's own next-token loss
+            logits = model.aux_heads["head"](model.aux_heads["ln"](h))
+            loss = loss + model.aux * F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
