@@ -299,6 +299,11 @@ class Model(nn.Module):
                 q, r = torch.linalg.qr(code.encode.weight.t())
                 code.encode.weight.copy_((q * torch.sign(torch.diagonal(r))).t())
 
+    def aux_loss(self, y):
+        """aux=W: W times each sender's own next-token loss, on the streams of the last forward."""
+        head = lambda h: self.aux_heads["head"](self.aux_heads["ln"](h))  # noqa: E731
+        return sum(self.aux * F.cross_entropy(head(h).reshape(-1, VOCAB), y.reshape(-1)) for h in self.aux_streams)
+
     def embeddings(self, ids):
         h = self.tok_emb(ids) + self.pos_emb[: ids.size(1)]
         return h if self.prev_emb is None else h + previous_tokens(self.prev_emb, ids)
@@ -315,7 +320,7 @@ class Model(nn.Module):
         h = self.embeddings(ids)
         self.aux_streams = []
         for i, block in enumerate(self.blocks):
-            if self.aux and i in self.cuts:  # the sender's stream, before any code
+            if self.aux and self.training and i in self.cuts:  # the sender's stream, before any code
                 self.aux_streams.append(h)
             if self.kind == "cut" and i in self.cuts:
                 code = self.codes[str(i)]
@@ -381,10 +386,7 @@ def train(job):
         x, y = data.batch(step, 0, batch)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         model.step = step
-        loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
-        for h in model.aux_streams:  # aux=W: each sender's own next-token loss
-            logits = model.aux_heads["head"](model.aux_heads["ln"](h))
-            loss = loss + model.aux * F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+        loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1)) + model.aux_loss(y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
