@@ -8,7 +8,7 @@ method and which variant deserve one is screened here: the same byte-level GPT (
 sampling (bench/torch_pipeline.py's Corpus), AdamW (0.9, 0.95, weight decay 0.01 except on
 embeddings and 1-D tensors), 1e-3 cosine to 1e-4 after 100 warm-up steps, clipping at 1.0,
 2,000 steps of 2 sequences, validation on 256 fixed windows of the held-out 5%, fp32 (TF32
-off). The model is one process: a cut is a function in the forward pass, which is what the
+off unless --tf32). The model is one process: a cut is a function in the forward pass, which is what the
 pipeline computes (skytrain's equivalence tests: a pipeline equals one process).
 
 Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
@@ -365,7 +365,7 @@ def train(job):
     configure(a.size)
     if device == "cpu":
         torch.set_num_threads(a.threads)
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("high" if a.tf32 else "highest")  # --tf32: TF32 matrix products
     torch.backends.cudnn.allow_tf32 = False
     base, _, batch = spec.partition("@b")
     batch = int(batch) if batch else 2
@@ -432,6 +432,7 @@ def main():
     p.add_argument("--size", default="", help="another model: d=,heads=,layers=,ff=,t=,cut=,lr=,warmup=")
     p.add_argument("--threads", type=int, default=1, help="on a CPU: threads a worker")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--tf32", action="store_true", help="on a GPU: matrix products in TF32 (fp32 storage)")
     p.add_argument("--minutes", type=float, default=1e9, help="start no run after this many minutes")
     p.add_argument("--summary")
     a = p.parse_args()
