@@ -61,7 +61,8 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
 A spec with an unknown or contradictory option is refused before any run. A cut model is
 also validated with each cut's code, then all codes, shuffled across the
 windows (each window decodes another's code: the same values, none of its information);
-"shuffled" in its line.
+"shuffled" in its line; "code_share" is each cut's RMS of the decoded code over RMS of
+the state it enters, on the held-out windows (what skytrain reports as code_share).
 
 Usage: python3 bench/subspace_screen.py --data web.txt --out results.jsonl --workers 8 \\
            --seeds 1,2,3 SPEC...
@@ -249,6 +250,7 @@ class Model(nn.Module):
             self.codes = nn.ModuleDict({str(c): Code(width, "noanchor" not in self.options, context, "stiefel" in self.options) for c in self.cuts})
         self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, VOCAB, bias=False)
         self.ablated = set()
+        self.shares = {}  # each cut's RMS(decode(code)) / RMS(state), last forward (code_share)
         self.initialise(g)
 
     def initialise(self, g):
@@ -334,7 +336,10 @@ class Model(nn.Module):
                 if "nocode" in self.options:  # the anchor alone
                     h = code.anchor(ids)
                 elif code.anchor_tok is not None:
-                    h = code.decode(sent) + code.anchor(ids)
+                    decoded = code.decode(sent)
+                    h = decoded + code.anchor(ids)
+                    if not self.training:  # skytrain's code_share, read after training
+                        self.shares[i] = float(decoded.norm() / h.norm())
                 else:
                     h = code.decode(sent)
             h = block(h)
@@ -398,6 +403,8 @@ def train(job):
     trained = sum(p.numel() for p in params if p.requires_grad)  # frozen maps and anchors not counted
     result = {"spec": spec, "seed": seed, "params": trained, "evals": evals, "seconds": round(time.time() - start, 1)}
     if model.kind == "cut":  # what the receivers get from the codes: each cut's, then all, shuffled
+        evaluate(model, windows)  # each cut's code_share on the held-out windows, codes in place
+        result["code_share"] = {str(c): round(s, 5) for c, s in sorted(model.shares.items())}
         result["shuffled"] = {}
         for cuts in [[c] for c in model.cuts] + ([model.cuts] if len(model.cuts) > 1 else []):
             model.ablated = set(cuts)

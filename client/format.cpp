@@ -35,7 +35,17 @@ std::string formatStep(const nlohmann::json& step, int stepsTotal) {
                 formatBytes(step["bytes_sent"].get<double>()).c_str(),
                 formatBytes(step.value("bytes_raw", 0.0)).c_str(), step["step_s"].get<double>(),
                 step.value("skipped", false) ? "  SKIPPED (non-finite gradient)" : "");
-  return text;
+  std::string out = text;
+  // A model with learned codes: each cut's share of the state its receiver rebuilds (by layer).
+  if (const auto it = step.find("code_share"); it != step.end() && it->is_object() && !it->empty()) {
+    out += "  code share";
+    for (const auto& [layer, share] : it->items()) {
+      if (!share.is_number()) continue;
+      std::snprintf(text, sizeof text, " %.8s:%.3g", layer.c_str(), share.get<double>());
+      out += text;
+    }
+  }
+  return out;
 }
 
 std::string formatPlan(const nlohmann::json& plan) {

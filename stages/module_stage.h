@@ -23,9 +23,10 @@ struct ModuleHooks {
   std::function<NamedTensors()> buffers;
   // The last stage's loss of (output, targets); empty: Stage's cross-entropy.
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss;
-  // Optional: Stage's setTargets, setTokens, generate and adopt (empty: the defaults).
+  // Optional: Stage's setTargets, setTokens, codeShares, generate and adopt (empty: the defaults).
   std::function<void(const at::Tensor&)> setTargets;
   std::function<void(const at::Tensor&)> setTokens;
+  std::function<std::map<int, double>()> codeShares;
   std::function<at::Tensor(const at::Tensor&, int)> generate;
   std::function<std::vector<std::string>(const std::function<at::Tensor(const std::string&)>&)> adopt;
 };
@@ -60,6 +61,7 @@ class ModuleStage : public Stage {
   void setTokens(const at::Tensor& ids) override {
     if (hooks_.setTokens) hooks_.setTokens(ids);
   }
+  std::map<int, double> codeShares() const override { return hooks_.codeShares ? hooks_.codeShares() : Stage::codeShares(); }
   at::Tensor generate(const at::Tensor& input, int maxTokens) override;
   std::vector<std::string> adopt(const std::function<at::Tensor(const std::string&)>& find) override;
 

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +57,12 @@ class Stage {
   // rebuilds part of its input from them (a subspace model's stages after the first:
   // stages/models/gpt.h); others ignore them.
   virtual void setTokens(const at::Tensor& ids) {}
+  // How much of the hidden state a learned code carries at each cut this stage decodes
+  // (model.subspace method "cut"), by the layer the cut is before: RMS of the decoded code over
+  // RMS of the state it enters (anchor + code), in the last forward that trained. Near zero,
+  // the blocks after the cut do not read the code (docs/models.md). Empty on other stages, and
+  // before the first training forward.
+  virtual std::map<int, double> codeShares() const { return {}; }
   // Greedy decoding from the input (a decoder stage: the encoder's output), at most
   // maxTokens tokens a sample; int64 [b, <= maxTokens]. Throws on a stage that cannot.
   virtual at::Tensor generate(const at::Tensor& input, int maxTokens);

@@ -50,6 +50,15 @@ void addJob(Families& f, const JobMetrics& job) {
     f.add("skytrain_stage_compute_seconds_total", MetricType::Counter,
           "Forward, backward, optimizer and codec time of a stage.", at, t.computeSeconds);
   }
+  for (const auto& [layer, share] : job.codeShares) {
+    auto at = labels;
+    at.push_back({"cut", layer});
+    f.add("skytrain_job_code_share", MetricType::Gauge,
+          "A learned code's share of the hidden state the stage after its cut rebuilds (RMS of the decoded code over "
+          "RMS of the state) in the last complete step, by the layer the cut is before; near zero, the stage "
+          "after the cut does not read the code.",
+          at, share);
+  }
   for (size_t l = 0; l < job.links.size(); ++l) {
     auto at = labels;
     at.push_back({"link", std::to_string(l) + "-" + std::to_string(l + 1)});

@@ -31,6 +31,11 @@ JobMetrics jobMetrics(const JobRecord& r, double now) {
     m.tokensPerSecond = number(last, "tokens_per_s");
     m.stepSeconds = number(last, "step_s");
     if (m.stepSeconds && *m.stepSeconds > 0) m.bubble = stepBubble(last);
+    if (const auto it = last.find("code_share"); it != last.end() && it->is_object()) {
+      for (const auto& [layer, share] : it->items()) {
+        if (share.is_number()) m.codeShares[layer] = share.get<double>();
+      }
+    }
   }
   if (!r.evals.empty()) m.validationLoss = number(r.evals.back(), "loss");
   if (!r.plans.empty()) {

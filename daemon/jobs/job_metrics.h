@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,6 +24,7 @@ struct JobMetrics {
   std::optional<double> bubble, predictedBubble, checkpointAgeSeconds;
   std::vector<StageTotals> stages;
   std::vector<std::pair<double, double>> links;  // the plan's: bandwidth (bytes/s), round trip (s)
+  std::map<std::string, double> codeShares;      // the last step's, by the layer each learned code is before
   double finishedAt = 0;  // wall-clock seconds when it ended; 0 while it runs
 };
 

@@ -114,7 +114,7 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
     double stepSeconds = 0, bytes = 0, raw = 0, checkpoint = 0;
     bool skipped = false;
     int lead = -1;
-    Json compute = Json::array(), losses = Json::array();
+    Json compute = Json::array(), losses = Json::array(), shares = Json::object();
     // The training loss: the mean of the last stage's copies that train, each over its share
     // of the batch.
     Json loss = 0.0;
@@ -134,7 +134,13 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
       compute.push_back(entry.second.at("compute_s"));
       losses.push_back(entry.second.value("loss", Json()));
       lead = std::max(lead, entry.second.value("lead", -1));
-      addTo(r.totals, protocol::stageOfSlot(r.spec, entry.first), entry.second);
+      // A stage decodes the code at its own input only: what it says of another cut is dropped.
+      const int stage = protocol::stageOfSlot(r.spec, entry.first);
+      const std::string own = std::to_string(r.spec.stages[stage].firstLayer);
+      if (const auto it = entry.second.find("code_share"); stage > 0 && it != entry.second.end() && it->contains(own)) {
+        if (!shares.contains(own)) shares[own] = it->at(own);  // a replicated stage: its first copy's
+      }
+      addTo(r.totals, stage, entry.second);
     }
     // A fan-in's step trains every producer's batch.
     const double batches = protocol::isFanIn(r.spec) ? static_cast<double>(stages - 1) : 1.0;
@@ -152,6 +158,7 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
                 {"attempt", r.attempt},  // which run of the job made it (a rebuilt record resumes past it)
                 {"compute_s", compute},
                 {"time", wallSeconds()}};  // when the step completed (plots against wall-clock)
+    if (!shares.empty()) row["code_share"] = shares;  // by the layer each learned code is before
     if (protocol::isFanIn(r.spec)) {
       row["stage_losses"] = losses;  // each generator's masked-token loss, then the discriminator's
       row["lead"] = lead;            // how far the furthest producer ran ahead of the consumer

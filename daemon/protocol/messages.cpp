@@ -1,5 +1,6 @@
 #include "daemon/protocol/messages.h"
 
+#include <charconv>
 #include <cmath>
 #include <set>
 
@@ -65,6 +66,27 @@ std::string publicKey(ObjectReader& r, const std::string& key) {
 
 double seconds(ObjectReader& r, const std::string& key) { return r.number(key, 0.0, 0.0, 1e9); }
 
+// "code_share": {"<layer>": share}, each layer a positive integer written plainly.
+std::map<int, double> parseCodeShares(ObjectReader& r) {
+  std::map<int, double> shares;
+  const json* value = r.child("code_share", false);
+  if (!value) return shares;
+  ObjectReader reader(*value, r.pathOf("code_share"));
+  if (value->size() > kMaxCodeShares) {
+    throw SpecError(reader.path(), "names more than " + std::to_string(kMaxCodeShares) + " cuts");
+  }
+  for (const auto& item : value->items()) {
+    const std::string& key = item.key();
+    int layer = 0;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), layer);
+    if (key.empty() || key[0] == '0' || key[0] == '-' || error != std::errc() || end != key.data() + key.size()) {
+      throw SpecError(reader.path(), "has a key that is not a layer (a positive integer)");
+    }
+    shares[layer] = reader.number(key, std::nullopt, 0.0, 1e9);
+  }
+  return shares;
+}
+
 StageReport parseReport(ObjectReader& r) {
   StageReport m;
   readRef(r, m);
@@ -96,6 +118,7 @@ StageReport parseReport(ObjectReader& r) {
   m.lr = r.number("lr", 0.0, 0.0, 10.0);
   m.skipped = r.boolean("skipped", false);
   m.lead = static_cast<int>(r.integer("lead", -1, -1, 1 << 20));
+  m.codeShares = parseCodeShares(r);
   if (const json* profile = r.child("profile", m.kind == ReportKind::Profile)) {
     if (!profile->is_object()) throw SpecError(r.pathOf("profile"), "expected an object");
     m.profile = *profile;
@@ -333,6 +356,11 @@ struct ToJson {
                 {"micro_batches", m.microBatches}, {"checkpoint_s", m.checkpointSeconds}, {"lr", m.lr},
                 {"skipped", m.skipped}});
       if (m.lead >= 0) j["lead"] = m.lead;
+      if (!m.codeShares.empty()) {
+        json shares = json::object();
+        for (const auto& [layer, share] : m.codeShares) shares[std::to_string(layer)] = share;
+        j["code_share"] = std::move(shares);
+      }
     }
     if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
     if (m.kind == ReportKind::Eval && m.accuracy) j["accuracy"] = *m.accuracy;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -109,6 +110,7 @@ struct ExportRead : StageRef {
   int64_t offset = 0;
 };
 constexpr size_t kExportChunkBytes = 1 << 20;
+constexpr size_t kMaxCodeShares = 1024;  // cuts a step report may name
 
 // Ready: a healing job's stage has its step's gradients averaged and waits for the commit.
 enum class ReportKind { Step, Eval, Profile, Checkpoint, Done, Failed, Ready };
@@ -130,6 +132,7 @@ struct StageReport : StageRef {
   bool skipped = false;          // step: not applied (a non-finite gradient, on_nonfinite "skip")
   int lead = -1;                 // step, fan-in producers: how many steps ahead of the consumer it ran
   int microBatches = 0;
+  std::map<int, double> codeShares;  // step: a learned code's share at each cut the stage decodes, by layer ("code_share")
   nlohmann::json profile;  // profile: checked by the planner's reader (daemon/coordinator/planning.h)
   std::string error;       // failed
 };

@@ -321,6 +321,7 @@ void StageWorker::run() {
       message.lr = stats.lr;
       message.skipped = stats.skipped;
       message.lead = stats.lead;
+      message.codeShares = stats.codeShares;
       report(std::move(message));
       confirmCheckpoints(writer);
       const int interval = a.spec.eval.interval;

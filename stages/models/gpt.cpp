@@ -78,6 +78,7 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
   hooks.adopt = [slice](const std::function<at::Tensor(const std::string&)>& find) { return adoptFactors(*slice, find); };
   if (config.cutRank > 0) {  // a learned code at the cuts (no split point then)
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->setTokens(ids); };
+    hooks.codeShares = [slice] { return slice->cuts.codeShares(); };
     hooks.adopt = [slice, layers = config.layers](const std::function<at::Tensor(const std::string&)>& find) {
       return slice->cuts.adopt(
           find, [](int layer) { return detail::writerNames(layer, {"attn.proj", "proj"}); }, layers);

@@ -53,6 +53,18 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
   const Json status = runJob(context, a.control(), subspaceSpec(schedule, m, a, b, c, kind, method));
   REQUIRE(status["state"] == "succeeded");
   REQUIRE(status["steps"].size() == kEquivalenceSteps);
+  // Each step says how much of the state it rebuilds each code carries (by the layer the cut
+  // is before); the shared subspace has no code to report.
+  for (const auto& row : status["steps"]) {
+    INFO(row.dump());
+    if (method == "cut") {
+      REQUIRE(row.contains("code_share"));
+      CHECK(row["code_share"].size() == 2);
+      for (const char* layer : {"1", "3"}) CHECK(row["code_share"].value(layer, 0.0) > 0.0);
+    } else {
+      CHECK_FALSE(row.contains("code_share"));
+    }
+  }
 
   // The byte formula: per cut and direction, batch x seq x k float32 numbers a step, where the
   // unconstrained model sends d_model: k / d_model of its bytes (here 1/8). What else crosses

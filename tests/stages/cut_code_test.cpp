@@ -97,6 +97,40 @@ TEST_CASE("a stage after a cut refuses a code it cannot decode: another width, n
   CHECK_THROWS_AS(makeGptStage(bad, 0, 4, 7), skytrain::Error);
 }
 
+TEST_CASE("a stage after a cut reports how much of its state each code carries, from its last forward that trained") {
+  auto b = makeGptStage(cutGpt(), 1, 3, 7);  // decodes the code before layer 1; encodes the one before 3
+  const at::Tensor ids = torch::randint(0, 50, {2, 12}, torch::kLong);
+  const at::Tensor code = torch::randn({2, 12, kRank});
+  b->setTokens(ids);
+  CHECK(b->codeShares().empty());  // nothing trained yet
+  b->infer(code);
+  CHECK(b->codeShares().empty());  // validation is not training
+  b->forward(0, code);
+  const auto shares = b->codeShares();
+  REQUIRE(shares.size() == 1);
+  REQUIRE(shares.count(1));
+  // By hand: the norm of decode(code) over the norm of tokens[ids] + positions + decode(code).
+  const auto named = byName(b->namedParameters());
+  const at::Tensor decoded = torch::matmul(code, named.at("cut1.decode.weight").t());
+  const at::Tensor h = named.at("cut1.tokens").index_select(0, ids.flatten()).view({2, 12, -1}) +
+                       named.at("cut1.positions").slice(0, 0, 12) + decoded;
+  CHECK(shares.at(1) > 0.0);
+  CHECK(shares.at(1) == Approx((decoded.norm() / h.norm()).item<double>()).epsilon(1e-5));
+  {
+    torch::NoGradGuard noGrad;
+    named.at("cut1.decode.weight").zero_();  // a code that decodes to nothing carries nothing
+  }
+  b->forward(1, code);
+  CHECK(b->codeShares().at(1) == 0.0);
+  auto first = makeGptStage(cutGpt(), 0, 1, 7);  // sends a code, decodes none
+  first->forward(0, ids);
+  CHECK(first->codeShares().empty());
+  auto llama = makeLlamaStage(cutLlama(), 3, 4, 7);
+  llama->setTokens(ids);
+  llama->forward(0, code);
+  CHECK(llama->codeShares().count(3));
+}
+
 TEST_CASE("a pretrained GPT converted to codes at its cuts: the same model at k = d_model, the embedding kept at any k") {
   GptConfig dense = skytrain::testing::tiny();
   dense.subspaceRank = 0;

@@ -233,6 +233,7 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   stats.bytesRaw = counters_.bytesRaw;
   stats.bytesBackward = links_->bytesSentBackward() - backwardBefore;
   stats.rawBackward = counters_.rawBackward;
+  stats.codeShares = model_->codeShares();
   stats.stepSeconds = secondsSince(start);
   return stats;
 }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,7 @@ struct StepStats {
   uint64_t bytesRaw = 0;      // what the same tensors take uncompressed (float32 etc.)
   uint64_t bytesBackward = 0;  // the part of bytesSent sent to the previous stage (gradients)
   uint64_t rawBackward = 0;    // the part of bytesRaw sent to the previous stage
+  std::map<int, double> codeShares;  // a learned code's share at each cut it decodes (Stage::codeShares)
 };
 
 class PipelineRunner {

@@ -1,6 +1,7 @@
 #include "stages/models/subspace/cut_code.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "scheduler/error.h"
@@ -38,13 +39,18 @@ torch::Tensor CutCode::decode(const torch::Tensor& code, const torch::Tensor& id
       throw Error("a stage after a cut got token ids outside the vocabulary [0, " + std::to_string(tokens.size(0)) + ")");
     }
   }
-  torch::Tensor h = torch::embedding(tokens, ids) + torch::linear(code, decoder->weight);
-  if (!positions.defined()) return h;
-  if (code.size(1) > positions.size(0)) {
+  if (positions.defined() && code.size(1) > positions.size(0)) {
     throw Error("sequence length " + std::to_string(code.size(1)) + " exceeds the model's " +
                 std::to_string(positions.size(0)));
   }
-  return h + positions.slice(0, 0, code.size(1));
+  const torch::Tensor decoded = torch::linear(code, decoder->weight);
+  torch::Tensor h = torch::embedding(tokens, ids) + decoded;
+  if (positions.defined()) h = h + positions.slice(0, 0, code.size(1));
+  if (torch::GradMode::is_enabled() && h.numel() > 0) {  // RMS ratio = ratio of the norms
+    torch::NoGradGuard noGrad;
+    share = decoded.to(torch::kFloat).norm() / h.to(torch::kFloat).norm().clamp_min(1e-30);
+  }
+  return h;
 }
 
 void checkCuts(const char* family, int rank, const std::vector<int>& cuts, int64_t width, int layers, int sharedRank) {
@@ -86,6 +92,16 @@ torch::Tensor SliceCuts::inside(int layer, const torch::Tensor& h, const torch::
 torch::Tensor SliceCuts::leave(const torch::Tensor& h) const {
   const auto it = codes_.find(last_);
   return it == codes_.end() ? h : it->second->encode(h);
+}
+
+std::map<int, double> SliceCuts::codeShares() const {
+  std::map<int, double> shares;
+  for (const auto& [layer, code] : codes_) {
+    if (!code->share.defined()) continue;
+    const double share = code->share.item<double>();
+    if (std::isfinite(share)) shares[layer] = share;  // a step with a non-finite state has none
+  }
+  return shares;
 }
 
 std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(const std::string&)>& find,

@@ -28,6 +28,9 @@ struct CutCode : torch::nn::Module {
 
   torch::nn::Linear encoder{nullptr}, decoder{nullptr};
   torch::Tensor tokens, positions;  // positions undefined for a LLaMA (rotary)
+  // The last decode that trained (grad mode on): RMS of decode(code) over RMS of the state,
+  // a detached scalar (read once a step: Stage::codeShares).
+  mutable torch::Tensor share;
 };
 
 // Throws skytrain::Error (naming `family`) unless `rank` is 0 or in [1, width] with `cuts`
@@ -52,6 +55,8 @@ class SliceCuts {
   torch::Tensor inside(int layer, const torch::Tensor& h, const torch::Tensor& ids) const;
   // The slice's output: the code when a cut is at its end, else h.
   torch::Tensor leave(const torch::Tensor& h) const;
+  // Stage::codeShares: each code this slice decodes that has trained, by its layer.
+  std::map<int, double> codeShares() const;
   // A pretrained, unconstrained model's tensors (`find`, by its names; undefined when absent)
   // into the codes, for fine-tuning. At the cut before layer p, U is the top k directions the
   // blocks before it write (`writers(p)`: their output projections, detail::writerBasis);
