@@ -153,6 +153,14 @@ std::string ObjectReader::string(const std::string& key, std::optional<std::stri
   return v->get<std::string>();
 }
 
+std::string ObjectReader::boundedString(const std::string& key, std::optional<std::string> fallback, size_t max) {
+  std::string value = string(key, std::move(fallback));
+  if (value.size() > max) {
+    throw SpecError(pathOf(key), "is " + std::to_string(value.size()) + " bytes, the limit is " + std::to_string(max));
+  }
+  return value;
+}
+
 bool ObjectReader::boolean(const std::string& key, std::optional<bool> fallback) {
   const json* v = lookup(key, !fallback);
   if (!v) return *fallback;

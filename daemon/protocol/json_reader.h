@@ -50,6 +50,8 @@ class ObjectReader {
   int64_t integer(const std::string& key, std::optional<int64_t> fallback, int64_t min, int64_t max);
   double number(const std::string& key, std::optional<double> fallback, double min, double max);
   std::string string(const std::string& key, std::optional<std::string> fallback);
+  // string(), refused when longer than `max` bytes.
+  std::string boundedString(const std::string& key, std::optional<std::string> fallback, size_t max);
   bool boolean(const std::string& key, std::optional<bool> fallback);
   std::vector<std::string> strings(const std::string& key, std::optional<std::vector<std::string>> fallback);
   // The raw value of a key (marked read), or nullptr if absent and optional.

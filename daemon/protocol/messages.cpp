@@ -1,6 +1,5 @@
 #include "daemon/protocol/messages.h"
 
-#include <charconv>
 #include <cmath>
 #include <set>
 
@@ -8,6 +7,7 @@
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/job_identity.h"
 #include "daemon/protocol/spec/job_spec.h"
+#include "daemon/protocol/stage_report.h"
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
 #include "daemon/protocol/printable.h"
@@ -19,14 +19,6 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kBig = int64_t{1} << 30;
-
-std::string boundedString(ObjectReader& r, const std::string& key, std::optional<std::string> fallback, size_t max) {
-  std::string value = r.string(key, std::move(fallback));
-  if (value.size() > max) {
-    throw SpecError(r.pathOf(key), "is " + std::to_string(value.size()) + " bytes, the limit is " + std::to_string(max));
-  }
-  return value;
-}
 
 std::string jobId(ObjectReader& r) {
   std::string id = r.string("job", std::nullopt);
@@ -51,7 +43,7 @@ T refOnly(ObjectReader& r) {
 }
 
 std::string endpoint(ObjectReader& r, const std::string& key) {
-  std::string value = boundedString(r, key, std::nullopt, kMaxEndpointLength);
+  std::string value = r.boundedString(key, std::nullopt, kMaxEndpointLength);
   if (!value.empty() && value.rfind("tcp://", 0) != 0 && value.rfind("ipc://", 0) != 0) {
     throw SpecError(r.pathOf(key), describe(json(value)) + " is not a tcp:// or ipc:// endpoint");
   }
@@ -64,76 +56,10 @@ std::string publicKey(ObjectReader& r, const std::string& key) {
   return value;
 }
 
-double seconds(ObjectReader& r, const std::string& key) { return r.number(key, 0.0, 0.0, 1e9); }
-
-// "code_share": {"<layer>": share}, each layer a positive integer written plainly.
-std::map<int, double> parseCodeShares(ObjectReader& r) {
-  std::map<int, double> shares;
-  const json* value = r.child("code_share", false);
-  if (!value) return shares;
-  ObjectReader reader(*value, r.pathOf("code_share"));
-  if (value->size() > kMaxCodeShares) {
-    throw SpecError(reader.path(), "names more than " + std::to_string(kMaxCodeShares) + " cuts");
-  }
-  for (const auto& item : value->items()) {
-    const std::string& key = item.key();
-    int layer = 0;
-    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), layer);
-    if (key.empty() || key[0] == '0' || key[0] == '-' || error != std::errc() || end != key.data() + key.size()) {
-      throw SpecError(reader.path(), "has a key that is not a layer (a positive integer)");
-    }
-    shares[layer] = reader.number(key, std::nullopt, 0.0, 1e9);
-  }
-  return shares;
-}
-
-StageReport parseReport(ObjectReader& r) {
-  StageReport m;
-  readRef(r, m);
-  m.attempt = static_cast<int>(r.integer("attempt", 0, 0, 1 << 20));
-  const std::string kind = r.string("kind", std::nullopt);
-  const ReportKind kinds[] = {ReportKind::Step, ReportKind::Eval, ReportKind::Profile, ReportKind::Checkpoint,
-                              ReportKind::Done, ReportKind::Failed, ReportKind::Ready};
-  bool known = false;
-  for (ReportKind k : kinds) {
-    if (toString(k) == kind) m.kind = k, known = true;
-  }
-  if (!known) throw SpecError(r.pathOf("kind"), describe(json(kind)) + " is unknown (valid: step, eval, profile, checkpoint, done, failed)");
-  m.step = r.integer("step", 0, 0, kBig);
-  if (const json* loss = r.child("loss", false); loss && !loss->is_null()) {
-    m.loss = r.number("loss", std::nullopt, -1e30, 1e30);
-  }
-  if (const json* accuracy = r.child("accuracy", false); accuracy && !accuracy->is_null()) {
-    m.accuracy = r.number("accuracy", std::nullopt, 0.0, 1.0);
-  }
-  if (const json* bleu = r.child("bleu", false); bleu && !bleu->is_null()) m.bleu = r.number("bleu", std::nullopt, 0.0, 100.0);
-  m.stepSeconds = seconds(r, "step_s");
-  m.computeSeconds = seconds(r, "compute_s");
-  m.bytesSent = r.number("bytes_sent", 0.0, 0.0, 1e18);
-  m.bytesRaw = r.number("bytes_raw", 0.0, 0.0, 1e18);
-  m.bytesBackward = r.number("bytes_backward", 0.0, 0.0, m.bytesSent);
-  m.rawBackward = r.number("raw_backward", 0.0, 0.0, m.bytesRaw);
-  m.microBatches = static_cast<int>(r.integer("micro_batches", 0, 0, kBig));
-  m.checkpointSeconds = seconds(r, "checkpoint_s");
-  m.lr = r.number("lr", 0.0, 0.0, 10.0);
-  m.skipped = r.boolean("skipped", false);
-  m.lead = static_cast<int>(r.integer("lead", -1, -1, 1 << 20));
-  m.codeShares = parseCodeShares(r);
-  if (const json* profile = r.child("profile", m.kind == ReportKind::Profile)) {
-    if (!profile->is_object()) throw SpecError(r.pathOf("profile"), "expected an object");
-    m.profile = *profile;
-  }
-  m.error = boundedString(r, "error", "", kMaxErrorLength);
-  if (m.kind == ReportKind::Eval && !m.loss) {
-    throw SpecError(r.pathOf("loss"), "an eval report needs a loss");
-  }
-  return m;
-}
-
 PlanMessage parsePlan(ObjectReader& r) {
   PlanMessage m;
   m.microBatches = static_cast<int>(r.integer("micro_batches", std::nullopt, 1, 1 << 20));
-  m.schedule = boundedString(r, "schedule", std::nullopt, 32);
+  m.schedule = r.boundedString("schedule", std::nullopt, 32);
   const json* warmups = r.child("warmups", false);
   if (warmups) {
     if (!warmups->is_array() || warmups->size() > 64) throw SpecError(r.pathOf("warmups"), "expected up to 64 integers");
@@ -167,7 +93,7 @@ StoreRequest parseStore(ObjectReader& r) {
   StoreRequest m;
   readRef(r, m);
   m.attempt = static_cast<int>(r.integer("attempt", std::nullopt, 0, 1 << 20));
-  m.op = boundedString(r, "op", std::nullopt, 16);
+  m.op = r.boundedString("op", std::nullopt, 16);
   static const std::set<std::string> ops{"set", "get", "add", "check", "delete", "count"};
   if (!ops.count(m.op)) throw SpecError(r.pathOf("op"), describe(json(m.op)) + " is not one of set, get, add, check, delete, count");
   if (m.op != "count") {
@@ -182,7 +108,7 @@ StoreRequest parseStore(ObjectReader& r) {
     }
   }
   if (m.op == "set") {
-    const std::string text = boundedString(r, "value", std::nullopt, kMaxStoreValueBytes / 3 * 4 + 4);
+    const std::string text = r.boundedString("value", std::nullopt, kMaxStoreValueBytes / 3 * 4 + 4);
     try {
       m.value = base64Decode(text, kMaxStoreValueBytes);
     } catch (const Error& e) {
@@ -198,7 +124,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
   if (type == "list") return List{};
   if (type == "submit") {
     Submit m;
-    m.spec = boundedString(r, "spec", std::nullopt, kMaxSpecBytes);
+    m.spec = r.boundedString("spec", std::nullopt, kMaxSpecBytes);
     m.dryRun = r.boolean("dry_run", false);
     return m;
   }
@@ -219,12 +145,12 @@ Request parseBody(const std::string& type, ObjectReader& r) {
   if (type == "stage.prepare") {
     StagePrepare m;
     readRef(r, m);
-    m.spec = boundedString(r, "spec", std::nullopt, kMaxSpecBytes);
+    m.spec = r.boundedString("spec", std::nullopt, kMaxSpecBytes);
     m.coordinator = endpoint(r, "coordinator");
     if (m.coordinator.empty()) throw SpecError(r.pathOf("coordinator"), "must not be empty");
-    m.owner = boundedString(r, "owner", std::string(), 64);
+    m.owner = r.boundedString("owner", std::string(), 64);
     if (!m.owner.empty() && !isZ85Key(m.owner)) throw SpecError(r.pathOf("owner"), "is not a Z85 public key");
-    m.proof = boundedString(r, "proof", std::string(), kJobProofHexDigits);
+    m.proof = r.boundedString("proof", std::string(), kJobProofHexDigits);
     if (!m.proof.empty() && (m.proof.size() != kJobProofHexDigits ||
                              m.proof.find_first_not_of("0123456789abcdef") != std::string::npos)) {
       throw SpecError(r.pathOf("proof"), "is not " + std::to_string(kJobProofHexDigits) + " lowercase hex digits");
@@ -233,7 +159,7 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     m.resumeStep = r.integer("resume_step", -1, -1, kBig);
     if (const json* shape = r.child("input_shape", false)) m.inputShape = parseSampleShape(*shape, r.pathOf("input_shape"));
     m.dryRun = r.boolean("dry_run", false);
-    m.resumeFrom = boundedString(r, "resume_from", std::string(), 16);
+    m.resumeFrom = r.boundedString("resume_from", std::string(), 16);
     if (m.resumeFrom != "" && m.resumeFrom != "memory" && m.resumeFrom != "peer") {
       throw SpecError(r.pathOf("resume_from"), describe(json(m.resumeFrom)) + " is not \"memory\" or \"peer\"");
     }
@@ -292,7 +218,12 @@ Request parseBody(const std::string& type, ObjectReader& r) {
     m.atStep = r.integer("at_step", std::nullopt, -1, kBig);
     return m;
   }
-  if (type == "stage.report") return parseReport(r);
+  if (type == "stage.report") {
+    StageReport m;
+    readRef(r, m);
+    readReportFields(r, m);
+    return m;
+  }
   if (type == "export") {
     ExportRead m;
     readRef(r, m);
@@ -347,28 +278,7 @@ struct ToJson {
   json operator()(const StageCommit& m) const { return ref("stage.commit", m, {{"step", m.step}}); }
   json operator()(const StagePlan& m) const { return ref("stage.plan", m, planJson(m)); }
   json operator()(const StageProfile& m) const { return ref("stage.profile", m, {{"at_step", m.atStep}}); }
-  json operator()(const StageReport& m) const {
-    json j = ref("stage.report", m, {{"kind", toString(m.kind)}, {"step", m.step}, {"attempt", m.attempt}});
-    if (m.kind == ReportKind::Step) {
-      j.update({{"loss", m.loss ? json(*m.loss) : json(nullptr)}, {"step_s", m.stepSeconds},
-                {"compute_s", m.computeSeconds}, {"bytes_sent", m.bytesSent}, {"bytes_raw", m.bytesRaw},
-                {"bytes_backward", m.bytesBackward}, {"raw_backward", m.rawBackward},
-                {"micro_batches", m.microBatches}, {"checkpoint_s", m.checkpointSeconds}, {"lr", m.lr},
-                {"skipped", m.skipped}});
-      if (m.lead >= 0) j["lead"] = m.lead;
-      if (!m.codeShares.empty()) {
-        json shares = json::object();
-        for (const auto& [layer, share] : m.codeShares) shares[std::to_string(layer)] = share;
-        j["code_share"] = std::move(shares);
-      }
-    }
-    if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
-    if (m.kind == ReportKind::Eval && m.accuracy) j["accuracy"] = *m.accuracy;
-    if (m.kind == ReportKind::Eval && m.bleu) j["bleu"] = *m.bleu;
-    if (m.kind == ReportKind::Profile) j["profile"] = m.profile;
-    if (m.kind == ReportKind::Failed || (m.kind == ReportKind::Checkpoint && !m.error.empty())) j["error"] = m.error;
-    return j;
-  }
+  json operator()(const StageReport& m) const { return ref("stage.report", m, reportFields(m)); }
 
   static json ref(const char* type, const StageRef& ref, json fields) {
     fields["type"] = type;
@@ -420,7 +330,7 @@ StagePrepareReply parsePrepareReply(const json& reply) {
     StagePrepareReply m;
     m.dataEndpoint = endpoint(r, "data_endpoint");
     if (m.dataEndpoint.empty()) throw SpecError(r.pathOf("data_endpoint"), "must not be empty");
-    m.memory = printable(boundedString(r, "memory", std::string(), kMaxMemoryTextLength), 1024);
+    m.memory = printable(r.boundedString("memory", std::string(), kMaxMemoryTextLength), 1024);
     if (const json* shape = r.child("output_shape", false)) m.outputShape = parseSampleShape(*shape, r.pathOf("output_shape"));
     return m;  // no finish(): a newer daemon's fields are ignored
   } catch (const SpecError& e) {
