@@ -7,7 +7,6 @@
 #include "daemon/protocol/control.h"
 #include "daemon/protocol/job_identity.h"
 #include "daemon/protocol/spec/job_spec.h"
-#include "daemon/protocol/stage_report.h"
 #include "daemon/protocol/json_reader.h"
 #include "daemon/protocol/keys.h"
 #include "daemon/protocol/printable.h"

@@ -136,6 +136,12 @@ struct StageReport : StageRef {
   nlohmann::json profile;  // profile: checked by the planner's reader (daemon/coordinator/planning.h)
   std::string error;       // failed
 };
+class ObjectReader;
+// The report's own fields, after its job and stage (stage_report.cpp): read with every value
+// bounded, throwing SpecError naming the field (an unknown kind, a value out of range, an eval
+// without a loss, a code share of a layer not written plainly); and written back for its kind.
+void readReportFields(ObjectReader& r, StageReport& m);
+nlohmann::json reportFields(const StageReport& m);
 
 // c10d's rendezvous store for a replicated stage's copies (daemon/net/replica_group.h), kept by
 // the job's coordinator: only the daemons hosting a copy of that stage in the current

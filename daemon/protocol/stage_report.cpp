@@ -1,9 +1,11 @@
-#include "daemon/protocol/stage_report.h"
+// The wire form of a stage report's own fields (StageReport, messages.h).
+#include "daemon/protocol/messages.h"
 
 #include <charconv>
 #include <map>
 #include <string>
 
+#include "daemon/protocol/json_reader.h"
 #include "scheduler/error.h"
 
 namespace skytrain::protocol {
