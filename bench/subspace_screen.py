@@ -403,7 +403,7 @@ def train(job):
     trained = sum(p.numel() for p in params if p.requires_grad)  # frozen maps and anchors not counted
     result = {"spec": spec, "seed": seed, "params": trained, "evals": evals, "seconds": round(time.time() - start, 1)}
     if model.kind == "cut":  # what the receivers get from the codes: each cut's, then all, shuffled
-        evaluate(model, windows)  # each cut's code_share on the held-out windows, codes in place
+        # each cut's code_share, from the last validation (the held-out windows, codes in place)
         result["code_share"] = {str(c): round(s, 5) for c, s in sorted(model.shares.items())}
         result["shuffled"] = {}
         for cuts in [[c] for c in model.cuts] + ([model.cuts] if len(model.cuts) > 1 else []):
