@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quality with its spread: runs one job spec over N seeds on two loopback daemons and prints
 # each seed's final train loss (mean of the last 10 steps) and validation loss, then the
-# mean, min-max and standard deviation. Every quality figure in docs/ comes from this.
+# mean, min-max and standard deviation, and a learned code's last code_share by cut. Every
+# quality figure in docs/ comes from this.
 # Usage (after deploy/build.sh): bash bench/seeds.sh JOB.json SEEDS [PYTHON-EDIT...]
 #   e.g. bash bench/seeds.sh deploy/jobs/gpt-web.json 3 's["steps"] = 300' 's["optimizer"]["lr"] = 1e-3'
 # DAEMONS=3: a third daemon for the stages between the first and the last (a 3-stage job).
@@ -36,9 +37,11 @@ import json, sys
 s = json.load(sys.stdin)
 m = s['summary']
 import statistics
+shares = s['steps'][-1].get('code_share', {}) if s['steps'] else {}
 print(s['state'], m.get('final_loss', float('nan')), m.get('validation_loss', float('nan')), sum(1 for r in s['steps'] if r.get('skipped')),
-      statistics.median(r['step_s'] for r in s['steps']), statistics.median(r['bytes_sent'] for r in s['steps']))")
-  echo "seed $seed: state, train loss (last 10), validation loss, skipped steps, median step s, median bytes sent a step: $line"
+      statistics.median(r['step_s'] for r in s['steps']), statistics.median(r['bytes_sent'] for r in s['steps']),
+      ','.join(f'{k}:{v:.3f}' for k, v in shares.items()) or '-')")
+  echo "seed $seed: state, train loss (last 10), validation loss, skipped steps, median step s, median bytes sent a step, last step's code share: $line"
   results+=("$line")
 done
 printf '%s\n' "${results[@]}" | python3 -c "

@@ -17,14 +17,16 @@ at::Tensor fp32(at::Tensor out) {
 
 }  // namespace
 
-at::Tensor Stage::loss(const at::Tensor& output, const at::Tensor& targets) {
+at::Tensor tokenCrossEntropy(const at::Tensor& logits, const at::Tensor& targets) {
   const at::Tensor flat = targets.reshape({-1});
   // -100 is cross_entropy's ignore_index (a masked LM's unmasked positions). A micro-batch
   // with no target left — one short sample can draw no mask at all — has nothing to learn:
   // its loss is zero with a zero gradient, not the 0/0 = NaN of a mean over nothing.
-  if (!(flat != -100).any().item<bool>()) return output.sum() * 0.0;
-  return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), flat);
+  if (!(flat != -100).any().item<bool>()) return logits.sum() * 0.0;
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), flat);
 }
+
+at::Tensor Stage::loss(const at::Tensor& output, const at::Tensor& targets) { return tokenCrossEntropy(output, targets); }
 
 at::Tensor Stage::generate(const at::Tensor&, int) { throw Error("this stage does not generate text"); }
 
@@ -89,6 +91,10 @@ at::Tensor ModuleStage::forward(int microBatch, const at::Tensor& input) {
       entry.output = fp32(hooks_.forward(x));
     }
   }
+  if (hooks_.ownLoss) {
+    entry.ownLoss = hooks_.ownLoss();
+    entry.ownLossFactor = ownLossFactor_;
+  }
   at::Tensor out = entry.output.detach();
   stash_.emplace(microBatch, std::move(entry));
   return out;
@@ -105,7 +111,13 @@ at::Tensor ModuleStage::backward(int microBatch, const at::Tensor& gradOutput) {
                 c10::str(entry.output.sizes()));
   }
   if (!entry.output.requires_grad()) return at::Tensor();  // nothing before it trains
-  torch::autograd::backward({entry.output}, {gradOutput.to(entry.output.device(), entry.output.scalar_type())});
+  const at::Tensor grad = gradOutput.to(entry.output.device(), entry.output.scalar_type());
+  if (entry.ownLoss.defined() && entry.ownLoss.requires_grad()) {  // one pass for both losses
+    torch::autograd::backward({entry.output, entry.ownLoss},
+                              {grad, torch::full_like(entry.ownLoss, entry.ownLossFactor)});
+  } else {
+    torch::autograd::backward({entry.output}, {grad});
+  }
   if (entry.weights) pendingWeights_.emplace(microBatch, std::move(entry.weights));
   return entry.input.defined() ? entry.input.grad() : at::Tensor();
 }

@@ -27,6 +27,9 @@ struct ModuleHooks {
   std::function<void(const at::Tensor&)> setTargets;
   std::function<void(const at::Tensor&)> setTokens;
   std::function<std::map<int, double>()> codeShares;
+  // Stage::hasOwnLoss when set: the stage's own loss of its last forward that trained, taken
+  // (a second call returns an undefined tensor, as does a forward without one).
+  std::function<at::Tensor()> ownLoss;
   std::function<at::Tensor(const at::Tensor&, int)> generate;
   std::function<std::vector<std::string>(const std::function<at::Tensor(const std::string&)>&)> adopt;
 };
@@ -61,6 +64,8 @@ class ModuleStage : public Stage {
   void setTokens(const at::Tensor& ids) override {
     if (hooks_.setTokens) hooks_.setTokens(ids);
   }
+  bool hasOwnLoss() const override { return static_cast<bool>(hooks_.ownLoss); }
+  void setOwnLossFactor(double factor) override { ownLossFactor_ = factor; }
   std::map<int, double> codeShares() const override { return hooks_.codeShares ? hooks_.codeShares() : Stage::codeShares(); }
   at::Tensor generate(const at::Tensor& input, int maxTokens) override;
   std::vector<std::string> adopt(const std::function<at::Tensor(const std::string&)>& find) override;
@@ -69,12 +74,15 @@ class ModuleStage : public Stage {
   struct Stashed {
     at::Tensor input;   // leaf that collects the input gradient (undefined for ids)
     at::Tensor output;
+    at::Tensor ownLoss;  // hasOwnLoss: this forward's, and the factor backward seeds it with
+    double ownLossFactor = 1.0;
     std::unique_ptr<WeightGradients> weights;  // under the split: what backward defers
   };
   ModuleHooks hooks_;
   std::map<int, Stashed> stash_;
   bool split_ = false;
   Autocast autocast_ = Autocast::Off;
+  double ownLossFactor_ = 1.0;
   std::map<int, std::unique_ptr<WeightGradients>> pendingWeights_;  // backward done, W not yet
 };
 

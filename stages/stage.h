@@ -15,6 +15,11 @@ namespace skytrain::stages {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// Cross-entropy of token logits [..., classes] against int64 targets [...], the mean over the
+// targets that are not -100 (ignored: a masked LM's unmasked positions); zero with a zero
+// gradient when none is left. Stage::loss's default.
+at::Tensor tokenCrossEntropy(const at::Tensor& logits, const at::Tensor& targets);
+
 // Contract: forward(i, x) runs micro-batch i and keeps what backward needs; backward(i, g)
 // back-propagates g (the gradient of the loss w.r.t. forward(i)'s output) into the
 // parameters' .grad (accumulating) and returns the gradient w.r.t. the input — undefined
@@ -51,8 +56,16 @@ class Stage {
   virtual void backwardWeights(int microBatch) {}
 
   // The targets of the micro-batch the next forward() or infer() runs, for a last stage
-  // that also reads them as input (a translation decoder, teacher-forced); others ignore them.
+  // that also reads them as input (a translation decoder, teacher-forced) or a stage with a
+  // loss of its own; others ignore them.
   virtual void setTargets(const at::Tensor& targets) {}
+  // A loss of the stage's own beside the last stage's (model.subspace.sender_loss: the
+  // sender's next-token loss before a cut, stages/models/gpt.h): whether the stage has one, and
+  // the factor backward(i) seeds the one forward(i) computed with, set before each forward: the
+  // factor the last stage's loss gets (1 / micro-batches, times the loss scale). Such a stage
+  // needs its targets (setTargets) before each forward that trains.
+  virtual bool hasOwnLoss() const { return false; }
+  virtual void setOwnLossFactor(double factor) {}
   // The token ids of the micro-batch the next forward() or infer() runs, for a stage that
   // rebuilds part of its input from them (a subspace model's stages after the first:
   // stages/models/gpt.h); others ignore them.

@@ -78,7 +78,12 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
   hooks.adopt = [slice](const std::function<at::Tensor(const std::string&)>& find) { return adoptFactors(*slice, find); };
   if (config.cutRank > 0) {  // a learned code at the cuts (no split point then)
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->setTokens(ids); };
+    if (slice->cuts.hasSenderLoss()) {
+      hooks.setTargets = [slice](const at::Tensor& targets) { slice->cuts.setTargets(targets); };
+      hooks.ownLoss = [slice] { return slice->cuts.takeSenderLoss(); };
+    }
     hooks.codeShares = [slice] { return slice->cuts.codeShares(); };
+    hooks.parameters = [slice, all = hooks.parameters] { return slice->cuts.stageOrder(all()); };
     hooks.adopt = [slice, layers = config.layers](const std::function<at::Tensor(const std::string&)>& find) {
       return slice->cuts.adopt(
           find, [](int layer) { return detail::writerNames(layer, {"attn.proj", "proj"}); }, layers);
@@ -110,7 +115,7 @@ double gptStashBytesPerSample(const GptConfig& c, int firstLayer, int lastLayer)
                                                    : (lastLayer - firstLayer) * block;
   if (lastLayer == c.layers) floats += 2.0 * t * (c.outputs > 0 ? c.outputs : c.vocabSize);
   if (c.subspaceRank > 0) floats += (lastLayer - firstLayer + 1) * 2.0 * t * c.dModel;  // F and each rebuilt h
-  floats += cutCodeStashFloats(c.cutRank, c.cuts, firstLayer, lastLayer, t, c.dModel);
+  floats += cutCodeStashFloats(c.cutRank, c.cuts, firstLayer, lastLayer, t, c.dModel, c.senderLoss > 0 ? c.vocabSize : 0);
   return 4.0 * floats;
 }
 
@@ -133,7 +138,7 @@ int64_t gptParameterCount(const GptConfig& c, int firstLayer, int lastLayer) {
   int64_t count = block * (lastLayer - firstLayer);
   if (firstLayer == 0) count += c.vocabSize * d + int64_t{c.positions > 0 ? c.positions : c.seqLen} * d;
   count += cutCodeParameterCount(c.cutRank, c.cuts, firstLayer, lastLayer, c.vocabSize, d,
-                                 c.positions > 0 ? c.positions : c.seqLen);
+                                 c.positions > 0 ? c.positions : c.seqLen, c.senderLoss > 0 ? 2 * d + d * c.vocabSize : 0);
   if (lastLayer == c.layers) count += 2 * d;
   const bool tiedHere = c.tieEmbeddings && firstLayer == 0;
   if (lastLayer == c.layers && c.head && !tiedHere) count += c.outputs > 0 ? (d + 1) * c.outputs : d * c.vocabSize;

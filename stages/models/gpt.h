@@ -68,6 +68,14 @@ struct GptConfig {
   // Cuts inside a stage (the whole model in one process) compute the same.
   int cutRank = 0;
   std::vector<int> cuts;  // the layers a cut precedes, each in (0, layers)
+  // With a code: the sender's own loss at weight senderLoss when > 0. The state the stage
+  // before each cut encodes also predicts the next token through a head of its own (the
+  // family's norm, then a d_model x vocab linear map, "cut<layer>.sender_norm" and
+  // ".sender_head"), and that loss, times senderLoss, is added to the model's: the blocks before
+  // a cut learn from a loss of their own, not only through the code, and the blocks after it
+  // keep reading the code (docs/models.md). Nothing more crosses: every stage reads its own
+  // targets. Not part of the model's output, nor of its validation loss.
+  double senderLoss = 0;
 };
 
 // Stage holding blocks [firstLayer, lastLayer). The stage with firstLayer == 0 also holds
@@ -104,11 +112,13 @@ int64_t subspaceFrameCount(int64_t vocab, int64_t width, int64_t rank, int64_t p
 
 // A learned code at the cuts (GptConfig::cutRank, LlamaConfig::cutRank) in blocks
 // [firstLayer, lastLayer): the parameters of the cut sides the stage holds (encode before a
-// cut, decode and the anchor tables after it; positions 0 for a LLaMA), and the floats a
-// sample keeps for the backward (each code and the hidden state rebuilt from it).
+// cut, with `senderHead` more for a sender's loss (its norm and head; 0 without), decode and
+// the anchor tables after it; positions 0 for a LLaMA), and the floats a sample keeps for the
+// backward (each code and the hidden state rebuilt from it; a sender's logits over
+// `senderVocab` classes, 0 without a sender's loss).
 int64_t cutCodeParameterCount(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, int64_t vocab,
-                              int64_t width, int64_t positions);
+                              int64_t width, int64_t positions, int64_t senderHead);
 double cutCodeStashFloats(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, double seqLen,
-                          int64_t width);
+                          int64_t width, int64_t senderVocab);
 
 }  // namespace skytrain::stages

@@ -171,7 +171,10 @@ GptSlice::GptSlice(const GptConfig& c, int first, int last) : dropout(c.dropout)
   // that another stage follows.
   const bool backLeaves = c.split.enabled() && k == last - 1 && last < c.layers;
   if (c.split.enabled() && k == first - 1) add(k, std::make_shared<FactoredBlock>(c, k, false, true));
-  if (c.cutRank > 0) cuts = SliceCuts(c.cuts, first, last, c.vocabSize, c.dModel, c.cutRank, positions);
+  if (c.cutRank > 0) {
+    const auto norm = [width = c.dModel] { return nn::AnyModule(nn::LayerNorm(nn::LayerNormOptions({width}))); };
+    cuts = SliceCuts(c.cuts, first, last, {c.vocabSize, c.dModel, c.cutRank, positions, c.senderLoss, norm});
+  }
   for (int i = first; i < last; ++i) {
     cuts.registerBefore(*this, i);
     if (c.split.enabled() && i == k) {
@@ -230,7 +233,7 @@ void initialiseParameters(nn::Module& module, const GptConfig& c, uint64_t seed)
   for (auto& item : module.named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor p = item.value();
-    if (contains(name, ".ln") || name.rfind("ln_f", 0) == 0) {
+    if (contains(name, ".ln") || name.rfind("ln_f", 0) == 0 || endsWith(name, "norm.weight")) {
       endsWith(name, "weight") ? p.fill_(1.0) : p.zero_();
     } else if (endsWith(name, "bias") || endsWith(name, ".up.weight") || endsWith(name, "cross.proj.weight")) {
       p.zero_();
@@ -283,7 +286,7 @@ void validate(const GptConfig& c, int first, int last) {
     throw Error("gpt: a subspace model is a causal decoder with a vocabulary head, without split point, adapters "
                 "or cross-attention");
   }
-  checkCuts("gpt", c.cutRank, c.cuts, c.dModel, c.layers, c.subspaceRank);
+  checkCuts("gpt", c.cutRank, c.cuts, c.dModel, c.layers, c.subspaceRank, c.senderLoss);
   if (c.split.enabled()) {
     const int maxRank = std::min(c.dModel, c.dFf);
     if (c.split.block >= c.layers) {

@@ -119,7 +119,10 @@ struct Slice : nn::Module {
     }
 
     if (first == 0) tok = register_module("tok_emb", nn::Embedding(c.vocabSize, rank > 0 ? rank : c.dModel));
-    if (c.cutRank > 0) cuts = detail::SliceCuts(c.cuts, first, last, c.vocabSize, c.dModel, c.cutRank, 0);
+    if (c.cutRank > 0) {
+      const auto norm = [width = c.dModel, eps = c.normEps] { return nn::AnyModule(std::make_shared<RmsNorm>(width, eps)); };
+      cuts = detail::SliceCuts(c.cuts, first, last, {c.vocabSize, c.dModel, c.cutRank, 0, c.senderLoss, norm});
+    }
     for (int i = first; i < last; ++i) {
       cuts.registerBefore(*this, i);
       blocks.push_back(register_module("block" + std::to_string(i), std::make_shared<Block>(c)));
@@ -243,7 +246,7 @@ void validateLlama(const LlamaConfig& c, int first, int last) {
     throw Error("llama: subspace rank " + std::to_string(c.subspaceRank) + " is not in [1, d_model " +
                 std::to_string(c.dModel) + "]");
   }
-  detail::checkCuts("llama", c.cutRank, c.cuts, c.dModel, c.layers, c.subspaceRank);
+  detail::checkCuts("llama", c.cutRank, c.cuts, c.dModel, c.layers, c.subspaceRank, c.senderLoss);
 }
 
 std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer, int lastLayer, uint64_t seed) {
@@ -256,6 +259,11 @@ std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer,
   if (slice->cuts.any()) {
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->tokens = ids; };
     hooks.codeShares = [slice] { return slice->cuts.codeShares(); };
+    hooks.parameters = [slice, all = hooks.parameters] { return slice->cuts.stageOrder(all()); };
+    if (slice->cuts.hasSenderLoss()) {
+      hooks.setTargets = [slice](const at::Tensor& targets) { slice->cuts.setTargets(targets); };
+      hooks.ownLoss = [slice] { return slice->cuts.takeSenderLoss(); };
+    }
     hooks.adopt = [slice, layers = config.layers](const std::function<at::Tensor(const std::string&)>& find) {
       return slice->cuts.adopt(
           find, [](int layer) { return detail::writerNames(layer, {"attn.o", "mlp.down"}); }, layers);
@@ -293,7 +301,7 @@ double llamaStashBytesPerSample(const LlamaConfig& c, int firstLayer, int lastLa
   double floats = c.recompute ? (lastLayer - firstLayer) * t * c.dModel + block : (lastLayer - firstLayer) * block;
   if (lastLayer == c.layers) floats += 2.0 * t * c.vocabSize;
   if (c.subspaceRank > 0) floats += (lastLayer - firstLayer + 1) * 2.0 * t * c.dModel;  // F and each rebuilt h
-  floats += cutCodeStashFloats(c.cutRank, c.cuts, firstLayer, lastLayer, t, c.dModel);
+  floats += cutCodeStashFloats(c.cutRank, c.cuts, firstLayer, lastLayer, t, c.dModel, c.senderLoss > 0 ? c.vocabSize : 0);
   return 4.0 * floats;
 }
 
@@ -314,7 +322,8 @@ int64_t llamaParameterCount(const LlamaConfig& c, int firstLayer, int lastLayer)
   const int64_t block = 2 * d + d * c.heads * hd * 2 + 2 * d * c.kvHeads * hd + 3 * d * int64_t{c.dFf};
   int64_t count = block * (lastLayer - firstLayer);
   if (firstLayer == 0) count += int64_t{c.vocabSize} * d;
-  count += cutCodeParameterCount(c.cutRank, c.cuts, firstLayer, lastLayer, c.vocabSize, d, 0);
+  count += cutCodeParameterCount(c.cutRank, c.cuts, firstLayer, lastLayer, c.vocabSize, d, 0,
+                                 c.senderLoss > 0 ? d + d * int64_t{c.vocabSize} : 0);
   if (lastLayer == c.layers) count += d + (c.tieEmbeddings && firstLayer == 0 ? 0 : int64_t{c.vocabSize} * d);
   return count;
 }

@@ -33,6 +33,7 @@ struct LlamaConfig {
   // A learned code at each cut (as GptConfig::cutRank, the anchor a token table only).
   int cutRank = 0;
   std::vector<int> cuts;
+  double senderLoss = 0;  // as GptConfig::senderLoss (its norm an RMSNorm)
 };
 
 // Stage holding blocks [firstLayer, lastLayer): the first also holds the token embedding

@@ -238,6 +238,19 @@ TEST_CASE("subspace method \"cut\": a learned code at each stage boundary, the c
   spec["model"]["subspace"]["method"] = 3;
   CHECK(refusal(spec).first == "$.model.subspace.method");
   spec["model"]["subspace"]["method"] = "cut";
+  CHECK(parseJobSpec(spec.dump()).model.subspace.senderLoss == 0.0);
+  spec["model"]["subspace"]["sender_loss"] = 0.5;  // each sender's own next-token loss, at weight 0.5
+  CHECK(parseJobSpec(spec.dump()).model.subspace.senderLoss == 0.5);
+  for (const json& bad : {json(-0.1), json(101), json("half"), json(nullptr)}) {
+    INFO(bad.dump());
+    spec["model"]["subspace"]["sender_loss"] = bad;
+    CHECK(refusal(spec).first == "$.model.subspace.sender_loss");
+  }
+  spec["model"]["subspace"]["sender_loss"] = 0.5;
+  spec["model"]["subspace"]["method"] = "shared";
+  CHECK(refusal(spec).first == "$.model.subspace.sender_loss");
+  CHECK(refusal(spec).second.find("method \"cut\"") != std::string::npos);
+  spec["model"]["subspace"]["method"] = "cut";
   spec["model"]["split_point"] = {{"block", 1}};
   CHECK(refusal(spec).second.find("split_point") != std::string::npos);
 }

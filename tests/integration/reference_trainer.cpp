@@ -76,6 +76,10 @@ Trained trainReference(const nlohmann::json& spec, bool delayed) {
       }
     }
     const auto batch = data.trainBatch(step, 0, parsed.batchSize);
+    if (model->hasOwnLoss()) {  // a sender's loss at a cut inside: weighed as the model's loss
+      model->setTargets(batch.targets);
+      model->setOwnLossFactor(scale);
+    }
     const at::Tensor logits = model->forward(0, batch.inputs).requires_grad_(true);
     const at::Tensor loss =
         torch::nn::functional::cross_entropy(logits.reshape({-1, m.vocabSize}), batch.targets.reshape({-1}));

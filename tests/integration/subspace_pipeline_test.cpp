@@ -29,7 +29,9 @@ Json subspaceSpec(const std::string& schedule, int microBatches, const TestDaemo
   spec["name"] = "subspace";
   spec["model"]["kind"] = kind;
   if (kind == "llama") spec["model"]["kv_heads"] = 2;
-  spec["model"]["subspace"] = {{"rank", kRank}, {"method", method}};
+  // "sender": a code at each cut, each sender with its own next-token loss.
+  spec["model"]["subspace"] = {{"rank", kRank}, {"method", method == "shared" ? "shared" : "cut"}};
+  if (method == "sender") spec["model"]["subspace"]["sender_loss"] = 0.5;
   spec["stages"] = {{{"daemon", a.control()}, {"layers", {0, 1}}},
                     {{"daemon", b.control()}, {"layers", {1, 3}}},
                     {{"daemon", c.control()}, {"layers", {3, 4}}}};
@@ -39,13 +41,13 @@ Json subspaceSpec(const std::string& schedule, int microBatches, const TestDaemo
 }  // namespace
 
 // Both methods: a shared subspace every block writes into, and a learned code at each cut
-// (the one process then holds the two cuts inside it).
+// (the one process then holds the two cuts inside it), with and without the senders' own losses.
 TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a token across each cut",
           "[integration]") {
   TestDaemon a("sa"), b("sb"), c("sc");
   zmq::context_t context;
   const std::string kind = GENERATE(as<std::string>{}, "gpt", "llama");
-  const std::string method = GENERATE(as<std::string>{}, "shared", "cut");
+  const std::string method = GENERATE(as<std::string>{}, "shared", "cut", "sender");
   const Trained reference = trainReference(subspaceSpec("gpipe", 1, a, b, c, kind, method));
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b");
   const int m = GENERATE(1, 2);
@@ -57,7 +59,7 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
   // is before); the shared subspace has no code to report.
   for (const auto& row : status["steps"]) {
     INFO(row.dump());
-    if (method == "cut") {
+    if (method != "shared") {
       REQUIRE(row.contains("code_share"));
       CHECK(row["code_share"].size() == 2);
       for (const char* layer : {"1", "3"}) CHECK(row["code_share"].value(layer, 0.0) > 0.0);
@@ -76,9 +78,11 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
   // The clipping norm's exchange carries one float per parameter tensor of the stages below
   // a link: the codes add theirs (gpt: stage 2's cut3.{decode, tokens, positions} up to
   // stage 1, those and stage 1's cut1.{decode, tokens, positions} and cut3.encode up to stage
-  // 0, 10 floats; llama, without position tables, 7).
+  // 0, 10 floats; llama, without position tables, 7); the senders' losses add stage 1's
+  // cut3.sender_{norm, head} up to stage 0 (gpt 3 tensors, llama 2: an RMSNorm has no bias).
   auto payload = [](int width) { return 2 /*cuts*/ * 2 /*directions*/ * double{kBatch} * kSeq * width * 4; };
-  const double norms = method == "cut" ? 4.0 * (kind == "gpt" ? 10 : 7) : 0.0;
+  double norms = method == "shared" ? 0.0 : 4.0 * (kind == "gpt" ? 10 : 7);
+  if (method == "sender") norms += 4.0 * (kind == "gpt" ? 3 : 2);
   for (int step = 1; step < kEquivalenceSteps; ++step) {
     const double rest = plain["steps"][step]["bytes_raw"].get<double>() - payload(kDModel);
     CHECK(rest >= 0);
@@ -104,7 +108,8 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
   }
   CHECK(worstParameter <= 1e-4);
   // One micro-batch: the very same float operations as the one process, each stage rebuilding
-  // the hidden state from the token ids it reads itself.
+  // the hidden state from the token ids it reads itself (and, with the senders' losses, adding
+  // its own loss's gradient to the code's as the one process does).
   if (m == 1) {
     CHECK(worstLoss == 0.0);
     CHECK(worstParameter == 0.0);
@@ -125,6 +130,7 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
       REQUIRE(exported.count(name));
       CHECK(torch::equal(exported.at(name), weights.at(name)));
     }
+    if (method == "sender") CHECK(exported.count("cut3.sender_head.weight"));
     if (method == "shared") {
       REQUIRE(exported.count("subspace.basis"));
       CHECK(exported.at("subspace.basis").sizes() == c10::IntArrayRef({kDModel, kRank}));

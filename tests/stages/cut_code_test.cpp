@@ -196,3 +196,129 @@ TEST_CASE("a model with codes loads only with the same cuts: codes at other laye
   CHECK_THROWS_WITH(initialiseFrom(*dropped, find, "cut model"),
                     Catch::Contains("codes before layers [1, 3]") && Catch::Contains("cuts before [1]"));
 }
+
+namespace {
+
+// The whole model (both cuts inside) and its three stages, each with a sender's loss
+// (`make(first, last)`), on the same ids and targets and the same factor: the stages' gradients,
+// summed as the pipeline sums them, are the whole model's.
+template <typename Make>
+void checkSenderLossComposes(const Make& make) {
+  torch::manual_seed(3);
+  const at::Tensor ids = torch::randint(0, 50, {3, 12}, torch::kLong);
+  const at::Tensor targets = torch::randint(0, 50, {3, 12}, torch::kLong);
+  const at::Tensor gradLogits = torch::randn({3, 12, 50});
+  auto full = make(0, 4);
+  auto a = make(0, 1), b = make(1, 3), c = make(3, 4);
+  // The whole model lists its parameters as its stages do, one after another (the order the
+  // clipping norm sums them in).
+  std::vector<std::string> wholeOrder, stagesOrder;
+  for (const auto& [name, p] : full->namedParameters()) wholeOrder.push_back(name);
+  for (const auto* part : {a.get(), b.get(), c.get()}) {
+    for (const auto& [name, p] : part->namedParameters()) stagesOrder.push_back(name);
+  }
+  CHECK(wholeOrder == stagesOrder);
+  REQUIRE(full->hasOwnLoss());
+  REQUIRE(a->hasOwnLoss());
+  REQUIRE(b->hasOwnLoss());
+  CHECK_FALSE(c->hasOwnLoss());  // it sends no code
+  for (auto* stage : {full.get(), a.get(), b.get(), c.get()}) {
+    stage->setTokens(ids);
+    stage->setTargets(targets);
+    stage->setOwnLossFactor(0.25);
+  }
+  const at::Tensor expected = full->forward(0, ids);
+  const at::Tensor second = b->forward(0, a->forward(0, ids));
+  CHECK(second.sizes() == c10::IntArrayRef({3, 12, kRank}));  // nothing more crosses
+  CHECK(torch::equal(c->forward(0, second), expected));
+  full->backward(0, gradLogits);
+  a->backward(0, b->backward(0, c->backward(0, gradLogits)));
+  const auto fullParams = byName(full->namedParameters());
+  size_t heads = 0;
+  for (const auto* part : {a.get(), b.get(), c.get()}) {
+    for (const auto& [name, p] : part->namedParameters()) {
+      INFO(name);
+      REQUIRE(p.grad().defined());
+      CHECK(torch::allclose(p.grad(), fullParams.at(name).grad(), 1e-5, 1e-7));
+      heads += name.find(".sender_head.") != std::string::npos ? 1 : 0;
+    }
+  }
+  CHECK(heads == 2);
+  // Validation computes no sender's loss and needs no targets.
+  auto fresh = make(0, 1);
+  CHECK_NOTHROW(fresh->infer(ids));
+  CHECK_THROWS_WITH(fresh->forward(0, ids), Catch::Contains("needs the int64 targets"));
+}
+
+}  // namespace
+
+TEST_CASE("a sender's own loss: the stage before each cut also predicts the next token from the state it encodes") {
+  GptConfig c = cutGpt();
+  c.senderLoss = 0.5;
+  auto a = makeGptStage(c, 0, 1, 7);  // ends at the cut before layer 1
+  const auto named = byName(a->namedParameters());
+  REQUIRE(named.count("cut1.sender_head.weight"));
+  CHECK(named.at("cut1.sender_head.weight").sizes() == c10::IntArrayRef({50, 32}));
+  CHECK(torch::equal(named.at("cut1.sender_norm.weight"), torch::ones({32})));
+  CHECK(torch::equal(named.at("cut1.sender_norm.bias"), torch::zeros({32})));
+  CHECK_FALSE(makeGptStage(cutGpt(), 0, 1, 7)->hasOwnLoss());
+  for (const auto& [first, last] : std::vector<std::pair<int, int>>{{0, 4}, {0, 1}, {1, 3}, {3, 4}}) {
+    INFO(first << "-" << last);
+    CHECK(gptParameterCount(c, first, last) == numel(*makeGptStage(c, first, last, 7)));
+  }
+  CHECK(gptInputShape(c, 1, 3) == gptInputShape(cutGpt(), 1, 3));
+  CHECK(gptStashBytesPerSample(c, 0, 1) == gptStashBytesPerSample(cutGpt(), 0, 1) + 4.0 * 2 * 12 * 50);
+
+  // By hand: block 0's output h, from the same model without a code (same seed: the same
+  // draws), is what the stage encodes; its gradient is the code's plus the factor times
+  // W x cross-entropy(head(norm(h)), targets).
+  const at::Tensor ids = torch::randint(0, 50, {2, 12}, torch::kLong);
+  const at::Tensor targets = torch::randint(0, 50, {2, 12}, torch::kLong);
+  a->setTargets(targets);
+  a->setOwnLossFactor(0.25);
+  const at::Tensor code = a->forward(0, ids);
+  const at::Tensor gradCode = torch::randn_like(code);
+  a->backward(0, gradCode);
+
+  GptConfig plain = cutGpt();
+  plain.cutRank = 0;
+  plain.cuts.clear();
+  auto reference = makeGptStage(plain, 0, 1, 7);
+  const at::Tensor h = reference->forward(0, ids).requires_grad_(true);
+  const at::Tensor encode = named.at("cut1.encode.weight").detach().clone().requires_grad_(true);
+  const at::Tensor head = named.at("cut1.sender_head.weight").detach().clone().requires_grad_(true);
+  const at::Tensor sent = torch::matmul(h, encode.t());
+  CHECK(torch::allclose(sent, code, 1e-5, 1e-6));
+  const at::Tensor normed = torch::layer_norm(h, {32});
+  const at::Tensor own = torch::nn::functional::cross_entropy(torch::matmul(normed, head.t()).reshape({-1, 50}),
+                                                               targets.reshape({-1}));
+  ((sent * gradCode).sum() + 0.25 * 0.5 * own).backward();
+  reference->backward(0, h.grad());
+  CHECK(torch::allclose(named.at("cut1.sender_head.weight").grad(), head.grad(), 1e-5, 1e-7));
+  CHECK(torch::allclose(named.at("cut1.encode.weight").grad(), encode.grad(), 1e-5, 1e-7));
+  const auto expected = byName(reference->namedParameters());
+  for (const auto& name : {"tok_emb.weight", "pos_emb", "block0.attn.qkv.weight", "block0.proj.weight"}) {
+    INFO(name);
+    REQUIRE(expected.count(name));
+    CHECK(torch::allclose(named.at(name).grad(), expected.at(name).grad(), 1e-5, 1e-7));
+  }
+
+  checkSenderLossComposes([&c](int first, int last) { return makeGptStage(c, first, last, 7); });
+}
+
+TEST_CASE("a LLaMA's sender's loss: its own RMSNorm and head, composing across any cut") {
+  LlamaConfig c = cutLlama();
+  c.senderLoss = 0.5;
+  const auto named = byName(makeLlamaStage(c, 1, 3, 7)->namedParameters());
+  CHECK(named.count("cut3.sender_norm.weight"));
+  CHECK_FALSE(named.count("cut3.sender_norm.bias"));
+  CHECK_FALSE(named.count("cut1.sender_head.weight"));  // the stage before it sends that code
+  for (const auto& [first, last] : std::vector<std::pair<int, int>>{{0, 4}, {0, 1}, {1, 3}, {3, 4}}) {
+    INFO(first << "-" << last);
+    CHECK(llamaParameterCount(c, first, last) == numel(*makeLlamaStage(c, first, last, 7)));
+  }
+  checkSenderLossComposes([&c](int first, int last) { return makeLlamaStage(c, first, last, 7); });
+  LlamaConfig shared = skytrain::testing::tinyLlama();
+  shared.senderLoss = 0.5;  // a shared subspace has no code
+  CHECK_THROWS_WITH(makeLlamaStage(shared, 0, 4, 7), Catch::Contains("sender's loss"));
+}

@@ -55,6 +55,9 @@ struct SubspaceSpec {
   int rank = 0;  // k; 0: off
   std::string method = "shared";  // or "cut"
   std::vector<int> cuts;  // method "cut": the layers the stages start at after the first (from $.stages)
+  // Method "cut": the weight of each sender's own next-token loss (a head of its own on the
+  // state it encodes; stages/models/gpt.h); 0: none.
+  double senderLoss = 0;
   bool enabled() const { return rank > 0; }
   bool atCuts() const { return rank > 0 && method == "cut"; }
 };

@@ -26,15 +26,19 @@ SplitPointSpec parseSplitPoint(ObjectReader r, const ModelSpec& m) {
   return s;
 }
 
-// model.subspace: {"rank": k, "method": "shared" | "cut"}, for the zoo's causal decoders; what
-// the blocks it changes cannot also have is refused with the reason.
+// model.subspace: {"rank": k, "method": "shared" | "cut", "sender_loss": W}, for the zoo's
+// causal decoders; what the blocks it changes cannot also have is refused with the reason.
 SubspaceSpec parseSubspace(ObjectReader r, const ModelSpec& m, const ObjectReader& model) {
   SubspaceSpec s;
   s.rank = static_cast<int>(r.integer("rank", std::nullopt, 1, m.dModel));
   s.method = r.string("method", s.method);
+  s.senderLoss = r.number("sender_loss", s.senderLoss, 0.0, 100.0);
   r.finish();
   if (s.method != "shared" && s.method != "cut") {
     throw SpecError(model.pathOf("subspace") + ".method", "unknown method \"" + s.method + "\" (valid: shared, cut)");
+  }
+  if (s.senderLoss > 0 && s.method != "cut") {
+    throw SpecError(model.pathOf("subspace") + ".sender_loss", "is for method \"cut\": a shared subspace has no code to keep read");
   }
   const std::string path = model.pathOf("subspace");
   if (m.kind != "gpt" && m.kind != "gpt2" && m.kind != "llama") {

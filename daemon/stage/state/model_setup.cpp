@@ -74,6 +74,7 @@ stages::GptConfig gptConfig(const protocol::ModelSpec& m) {
   c.subspaceRank = m.subspace.atCuts() ? 0 : m.subspace.rank;
   c.cutRank = m.subspace.atCuts() ? m.subspace.rank : 0;
   c.cuts = m.subspace.cuts;
+  c.senderLoss = m.subspace.senderLoss;
   return c;
 }
 
@@ -107,6 +108,7 @@ stages::LlamaConfig llamaConfig(const protocol::ModelSpec& m) {
   c.subspaceRank = m.subspace.atCuts() ? 0 : m.subspace.rank;
   c.cutRank = m.subspace.atCuts() ? m.subspace.rank : 0;
   c.cuts = m.subspace.cuts;
+  c.senderLoss = m.subspace.senderLoss;
   return c;
 }
 

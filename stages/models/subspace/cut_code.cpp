@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "scheduler/error.h"
 #include "stages/models/gpt.h"
@@ -12,15 +13,31 @@ namespace skytrain::stages::detail {
 
 namespace nn = torch::nn;
 
-CutCode::CutCode(int64_t vocab, int64_t width, int64_t rank, int64_t positions, bool send, bool receive) {
-  if (send) encoder = register_module("encode", nn::Linear(nn::LinearOptions(width, rank).bias(false)));
+CutCode::CutCode(const CutShape& shape, bool send, bool receive) {
+  const int64_t width = shape.width;
+  if (send) encoder = register_module("encode", nn::Linear(nn::LinearOptions(width, shape.rank).bias(false)));
+  if (send && shape.senderLoss > 0) {
+    senderNorm = shape.senderNorm();
+    register_module("sender_norm", senderNorm.ptr());
+    senderHead = register_module("sender_head", nn::Linear(nn::LinearOptions(width, shape.vocab).bias(false)));
+  }
   if (!receive) return;
-  decoder = register_module("decode", nn::Linear(nn::LinearOptions(rank, width).bias(false)));
-  tokens = register_parameter("tokens", torch::zeros({vocab, width}));
-  if (positions > 0) this->positions = register_parameter("positions", torch::zeros({positions, width}));
+  decoder = register_module("decode", nn::Linear(nn::LinearOptions(shape.rank, width).bias(false)));
+  tokens = register_parameter("tokens", torch::zeros({shape.vocab, width}));
+  if (shape.positions > 0) positions = register_parameter("positions", torch::zeros({shape.positions, width}));
 }
 
 torch::Tensor CutCode::encode(const torch::Tensor& h) const { return torch::linear(h, encoder->weight); }
+
+torch::Tensor CutCode::senderLoss(const torch::Tensor& h, const torch::Tensor& targets) {
+  if (!targets.defined() || targets.dim() != 2 || targets.size(0) != h.size(0) || targets.size(1) != h.size(1) ||
+      targets.scalar_type() != torch::kLong) {
+    throw Error("a stage with a sender's loss needs the int64 targets of its input [" + std::to_string(h.size(0)) + ", " +
+                std::to_string(h.size(1)) + "] (setTargets), got " + (targets.defined() ? c10::str(targets.sizes()) : "none"));
+  }
+  const torch::Tensor logits = torch::linear(senderNorm.forward(h), senderHead->weight).to(torch::kFloat);
+  return tokenCrossEntropy(logits, targets);
+}
 
 torch::Tensor CutCode::decode(const torch::Tensor& code, const torch::Tensor& ids) const {
   const int64_t rank = decoder->weight.size(1);
@@ -53,8 +70,12 @@ torch::Tensor CutCode::decode(const torch::Tensor& code, const torch::Tensor& id
   return h;
 }
 
-void checkCuts(const char* family, int rank, const std::vector<int>& cuts, int64_t width, int layers, int sharedRank) {
+void checkCuts(const char* family, int rank, const std::vector<int>& cuts, int64_t width, int layers, int sharedRank,
+               double senderLoss) {
   const std::string name(family);
+  if (!(senderLoss >= 0) || !std::isfinite(senderLoss) || (senderLoss > 0 && rank == 0)) {
+    throw Error(name + ": a sender's loss weight " + std::to_string(senderLoss) + " needs a code at the cuts and is finite, >= 0");
+  }
   if (rank < 0 || rank > width) {
     throw Error(name + ": cut code rank " + std::to_string(rank) + " is not in [1, d_model " + std::to_string(width) + "]");
   }
@@ -67,18 +88,18 @@ void checkCuts(const char* family, int rank, const std::vector<int>& cuts, int64
   }
 }
 
-SliceCuts::SliceCuts(const std::vector<int>& cuts, int first, int last, int64_t vocab, int64_t width, int64_t rank,
-                     int64_t positions)
-    : cuts_(cuts), first_(first), last_(last), vocab_(vocab), width_(width), rank_(rank), positions_(positions) {}
+SliceCuts::SliceCuts(const std::vector<int>& cuts, int first, int last, CutShape shape)
+    : cuts_(cuts), first_(first), last_(last), shape_(std::move(shape)) {}
 
 void SliceCuts::registerBefore(nn::Module& owner, int layer) {
   if (layer < first_ || layer > last_ || std::find(cuts_.begin(), cuts_.end(), layer) == cuts_.end()) return;
   const bool send = layer > first_, receive = layer < last_;
   codes_[layer] = owner.register_module("cut" + std::to_string(layer),
-                                        std::make_shared<CutCode>(vocab_, width_, rank_, positions_, send, receive));
+                                        std::make_shared<CutCode>(shape_, send, receive));
 }
 
 torch::Tensor SliceCuts::enter(const torch::Tensor& input, const torch::Tensor& ids) const {
+  senderLoss_ = torch::Tensor();  // a new forward
   const auto it = codes_.find(first_);
   return it == codes_.end() ? input : it->second->decode(input, ids);
 }
@@ -86,12 +107,41 @@ torch::Tensor SliceCuts::enter(const torch::Tensor& input, const torch::Tensor& 
 torch::Tensor SliceCuts::inside(int layer, const torch::Tensor& h, const torch::Tensor& ids) const {
   const auto it = codes_.find(layer);
   if (it == codes_.end() || layer == first_) return h;
+  addSenderLoss(*it->second, h);
   return it->second->decode(it->second->encode(h), ids);
 }
 
 torch::Tensor SliceCuts::leave(const torch::Tensor& h) const {
   const auto it = codes_.find(last_);
-  return it == codes_.end() ? h : it->second->encode(h);
+  if (it == codes_.end()) return h;
+  addSenderLoss(*it->second, h);
+  return it->second->encode(h);
+}
+
+bool SliceCuts::hasSenderLoss() const {
+  return std::any_of(codes_.begin(), codes_.end(), [](const auto& item) { return !item.second->senderNorm.is_empty(); });
+}
+
+torch::Tensor SliceCuts::takeSenderLoss() { return std::exchange(senderLoss_, torch::Tensor()); }
+
+void SliceCuts::addSenderLoss(CutCode& code, const torch::Tensor& h) const {
+  if (code.senderNorm.is_empty() || !code.is_training() || !torch::GradMode::is_enabled()) return;
+  const torch::Tensor loss = code.senderLoss(h, targets_) * shape_.senderLoss;
+  senderLoss_ = senderLoss_.defined() ? senderLoss_ + loss : loss;
+}
+
+NamedTensors SliceCuts::stageOrder(NamedTensors named) const {
+  for (const auto& [layer, code] : codes_) {
+    if (!code->encoder || !code->decoder) continue;  // one side only: as it is
+    const std::string prefix = "cut" + std::to_string(layer) + ".";
+    auto inCut = [&](const auto& item) { return item.first.rfind(prefix, 0) == 0; };
+    const auto begin = std::find_if(named.begin(), named.end(), inCut);
+    const auto end = std::find_if_not(begin, named.end(), inCut);
+    std::stable_partition(begin, end, [&](const auto& item) {
+      return item.first.rfind(prefix + "encode.", 0) == 0 || item.first.rfind(prefix + "sender_", 0) == 0;
+    });
+  }
+  return named;
 }
 
 std::map<int, double> SliceCuts::codeShares() const {
@@ -131,12 +181,14 @@ std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(cons
   torch::Tensor tokens, positions;
   for (const auto& [layer, code] : codes_) {
     if (!code->decoder || tokens.defined()) continue;
-    tokens = checkedFileTensor(table, "tok_emb.weight", vocab_, width_, "the token table");
-    if (positions_ > 0) positions = checkedFileTensor(find("pos_emb"), "pos_emb", positions_, width_, "the position table");
+    tokens = checkedFileTensor(table, "tok_emb.weight", shape_.vocab, shape_.width, "the token table");
+    if (shape_.positions > 0) {
+      positions = checkedFileTensor(find("pos_emb"), "pos_emb", shape_.positions, shape_.width, "the position table");
+    }
   }
   for (const auto& [layer, code] : codes_) {
     const std::string name = "cut" + std::to_string(layer);
-    const torch::Tensor basis = writerBasis(find, writers(layer), width_, rank_);
+    const torch::Tensor basis = writerBasis(find, writers(layer), shape_.width, shape_.rank);
     if (code->encoder) {
       code->encoder->weight.copy_(basis.t());
       set.push_back(name + ".encode.weight");
@@ -158,20 +210,22 @@ std::vector<std::string> SliceCuts::adopt(const std::function<torch::Tensor(cons
 namespace skytrain::stages {
 
 double cutCodeStashFloats(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, double seqLen,
-                          int64_t width) {
+                          int64_t width, int64_t senderVocab) {
   double floats = 0;
   for (const int layer : cuts) {  // a code and the hidden state rebuilt from it
     if (rank > 0 && layer >= firstLayer && layer <= lastLayer) floats += seqLen * (rank + width);
+    // A sender's loss: its logits and their gradient, as the last stage's.
+    if (rank > 0 && layer > firstLayer && layer <= lastLayer) floats += 2.0 * seqLen * senderVocab;
   }
   return floats;
 }
 
 int64_t cutCodeParameterCount(int rank, const std::vector<int>& cuts, int firstLayer, int lastLayer, int64_t vocab,
-                              int64_t width, int64_t positions) {
+                              int64_t width, int64_t positions, int64_t senderHead) {
   int64_t count = 0;
   for (const int layer : cuts) {
     if (rank <= 0 || layer < firstLayer || layer > lastLayer) continue;
-    if (layer > firstLayer) count += width * rank;                                  // encode
+    if (layer > firstLayer) count += width * rank + senderHead;                     // encode (its loss's head)
     if (layer < lastLayer) count += rank * width + (vocab + positions) * width;     // decode, anchor
   }
   return count;
