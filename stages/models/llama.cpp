@@ -120,7 +120,9 @@ struct Slice : nn::Module {
 
     if (first == 0) tok = register_module("tok_emb", nn::Embedding(c.vocabSize, rank > 0 ? rank : c.dModel));
     if (c.cutRank > 0) {
-      const auto norm = [width = c.dModel, eps = c.normEps] { return nn::AnyModule(std::make_shared<RmsNorm>(width, eps)); };
+      const auto norm = [width = c.dModel, eps = c.normEps] {
+        return nn::AnyModule(std::make_shared<RmsNorm>(width, eps));
+      };
       cuts = detail::SliceCuts(c.cuts, first, last, {c.vocabSize, c.dModel, c.cutRank, 0, c.senderLoss, norm});
     }
     for (int i = first; i < last; ++i) {

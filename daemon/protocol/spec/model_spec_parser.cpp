@@ -38,7 +38,8 @@ SubspaceSpec parseSubspace(ObjectReader r, const ModelSpec& m, const ObjectReade
     throw SpecError(model.pathOf("subspace") + ".method", "unknown method \"" + s.method + "\" (valid: shared, cut)");
   }
   if (s.senderLoss > 0 && s.method != "cut") {
-    throw SpecError(model.pathOf("subspace") + ".sender_loss", "is for method \"cut\": a shared subspace has no code to keep read");
+    throw SpecError(model.pathOf("subspace") + ".sender_loss",
+                    "is for method \"cut\": a shared subspace has no code to keep read");
   }
   const std::string path = model.pathOf("subspace");
   if (m.kind != "gpt" && m.kind != "gpt2" && m.kind != "llama") {

@@ -74,7 +74,9 @@ Profiler::Profiler(const StageContext& context, StageLinks& links, CodecSet& cod
 at::Tensor Profiler::randomInput(int64_t samples, at::Generator& generator) const {
   const auto shape = source_.inputShape(context_.stage, samples);
   // A stage that reads its targets as input too (a decoder) or has a loss of its own gets real ones.
-  if ((context_.isLast() || model_.hasOwnLoss()) && data_) model_.setTargets(data_->trainBatch(0, 0, static_cast<int>(samples)).targets);
+  if ((context_.isLast() || model_.hasOwnLoss()) && data_) {
+    model_.setTargets(data_->trainBatch(0, 0, static_cast<int>(samples)).targets);
+  }
   // Token ids its data can hold: those of the stage's tokenizer, within vocab_size.
   int64_t ids = context_.spec.model.vocabSize;
   if (data_) ids = std::min<int64_t>(ids, data_->tokenizer().vocabSize());

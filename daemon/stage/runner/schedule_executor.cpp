@@ -67,7 +67,9 @@ void ScheduleExecutor::forward(uint64_t step, int microBatch, stages::Stage& sta
     if (data_ && (context_.isLast() || stage.hasOwnLoss())) stage.setTargets(data.targets);
     if (data_) stage.setTokens(data.inputs);
     // A loss of the stage's own (a sender's before a cut) is weighed as the last stage's is.
-    if (stage.hasOwnLoss()) stage.setOwnLossFactor(scaler_ ? scaler_->scale() / schedule_.microBatches : 1.0 / schedule_.microBatches);
+    if (stage.hasOwnLoss()) {
+      stage.setOwnLossFactor((scaler_ ? scaler_->scale() : 1.0) / schedule_.microBatches);
+    }
     output = stage.forward(microBatch, input);
     if (context_.isLast()) {
       // The stage keeps the graph; the loss's gradient w.r.t. the logits is taken here and

@@ -32,8 +32,9 @@ torch::Tensor CutCode::encode(const torch::Tensor& h) const { return torch::line
 torch::Tensor CutCode::senderLoss(const torch::Tensor& h, const torch::Tensor& targets) {
   if (!targets.defined() || targets.dim() != 2 || targets.size(0) != h.size(0) || targets.size(1) != h.size(1) ||
       targets.scalar_type() != torch::kLong) {
-    throw Error("a stage with a sender's loss needs the int64 targets of its input [" + std::to_string(h.size(0)) + ", " +
-                std::to_string(h.size(1)) + "] (setTargets), got " + (targets.defined() ? c10::str(targets.sizes()) : "none"));
+    throw Error("a stage with a sender's loss needs the int64 targets of its input [" + std::to_string(h.size(0)) +
+                ", " + std::to_string(h.size(1)) + "] (setTargets), got " +
+                (targets.defined() ? c10::str(targets.sizes()) : "none"));
   }
   const torch::Tensor logits = torch::linear(senderNorm.forward(h), senderHead->weight).to(torch::kFloat);
   return tokenCrossEntropy(logits, targets);
@@ -74,7 +75,8 @@ void checkCuts(const char* family, int rank, const std::vector<int>& cuts, int64
                double senderLoss) {
   const std::string name(family);
   if (!(senderLoss >= 0) || !std::isfinite(senderLoss) || (senderLoss > 0 && rank == 0)) {
-    throw Error(name + ": a sender's loss weight " + std::to_string(senderLoss) + " needs a code at the cuts and is finite, >= 0");
+    throw Error(name + ": a sender's loss weight " + std::to_string(senderLoss) +
+                " needs a code at the cuts and is finite, >= 0");
   }
   if (rank < 0 || rank > width) {
     throw Error(name + ": cut code rank " + std::to_string(rank) + " is not in [1, d_model " + std::to_string(width) + "]");
