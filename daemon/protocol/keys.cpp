@@ -270,8 +270,10 @@ KnownDaemons loadKnownDaemons(const std::string& path) {
 std::string publicKeyArgument(const std::string& argument, std::string* name) {
   if (name) name->clear();
   if (argument.empty()) throw Error("an empty public key");
+  // A key first: '@' is a Z85 character, so one key in 85 starts with it ("@FILE" would
+  // otherwise read a file named after the key's other 39 characters).
+  if (isZ85Key(argument)) return argument;
   const bool fromFile = argument[0] == '@';
-  if (!fromFile && isZ85Key(argument)) return argument;
   const std::string path = fromFile ? argument.substr(1) : argument;
   if (!fromFile && ::access(path.c_str(), F_OK) != 0) {
     throw Error("\"" + argument.substr(0, 64) + "\" is neither a 40-character Z85 public key nor a file: " +

@@ -62,8 +62,9 @@ KnownDaemons parseKnownDaemons(const std::string& text, const std::string& sourc
 AuthorizedKeys loadAuthorizedKeys(const std::string& path);
 KnownDaemons loadKnownDaemons(const std::string& path);
 
-// A public key given on a command line: the 40-character Z85 key itself, "@FILE", or the
-// path of a file (NAME.pub: "<public key> NAME"; or a bare key). `name`, when given, is set
+// A public key given on a command line: the 40-character Z85 key itself (also when it starts
+// with '@', a Z85 character), "@FILE", or the path of a file (NAME.pub: "<public key> NAME";
+// or a bare key). `name`, when given, is set
 // to the name in the file (empty for a bare key). Throws skytrain::Error naming what is wrong.
 std::string publicKeyArgument(const std::string& argument, std::string* name = nullptr);
 

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,14 @@ TEST_CASE("keygen creates a missing folder 0700; a public key file is not taken 
   CHECK(name == "cloud-a");
   CHECK_THROWS_WITH(publicKeyArgument((dir / "missing.pub").string()),
                     Catch::Contains("is neither a 40-character Z85 public key nor a file: No such file or directory"));
+  // One key in 85 starts with '@' (a Z85 character): it is the key, not "@FILE".
+  uint8_t bytes[32] = {0xFD, 0x50};  // the first 4 bytes, 0xFD500000, encode to '@' first
+  char text[41];
+  REQUIRE(zmq_z85_encode(text, bytes, 32) != nullptr);
+  const std::string at(text);
+  REQUIRE(at[0] == '@');
+  REQUIRE(isZ85Key(at));
+  CHECK(publicKeyArgument(at) == at);
 }
 
 TEST_CASE("authorized keys: roles and names, errors name the line") {
