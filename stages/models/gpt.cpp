@@ -78,12 +78,7 @@ std::unique_ptr<Stage> makeGptStage(const GptConfig& config, int firstLayer, int
   hooks.adopt = [slice](const std::function<at::Tensor(const std::string&)>& find) { return adoptFactors(*slice, find); };
   if (config.cutRank > 0) {  // a learned code at the cuts (no split point then)
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->setTokens(ids); };
-    if (slice->cuts.hasSenderLoss()) {
-      hooks.setTargets = [slice](const at::Tensor& targets) { slice->cuts.setTargets(targets); };
-      hooks.ownLoss = [slice] { return slice->cuts.takeSenderLoss(); };
-    }
-    hooks.codeShares = [slice] { return slice->cuts.codeShares(); };
-    hooks.parameters = [slice, all = hooks.parameters] { return slice->cuts.stageOrder(all()); };
+    detail::hookCuts(hooks, std::shared_ptr<detail::SliceCuts>(slice, &slice->cuts));
     hooks.adopt = [slice, layers = config.layers](const std::function<at::Tensor(const std::string&)>& find) {
       return slice->cuts.adopt(
           find, [](int layer) { return detail::writerNames(layer, {"attn.proj", "proj"}); }, layers);

@@ -260,12 +260,7 @@ std::unique_ptr<Stage> makeLlamaStage(const LlamaConfig& config, int firstLayer,
   hooks.forward = [slice](const at::Tensor& x) { return slice->forward(x); };
   if (slice->cuts.any()) {
     hooks.setTokens = [slice](const at::Tensor& ids) { slice->tokens = ids; };
-    hooks.codeShares = [slice] { return slice->cuts.codeShares(); };
-    hooks.parameters = [slice, all = hooks.parameters] { return slice->cuts.stageOrder(all()); };
-    if (slice->cuts.hasSenderLoss()) {
-      hooks.setTargets = [slice](const at::Tensor& targets) { slice->cuts.setTargets(targets); };
-      hooks.ownLoss = [slice] { return slice->cuts.takeSenderLoss(); };
-    }
+    detail::hookCuts(hooks, std::shared_ptr<detail::SliceCuts>(slice, &slice->cuts));
     hooks.adopt = [slice, layers = config.layers](const std::function<at::Tensor(const std::string&)>& find) {
       return slice->cuts.adopt(
           find, [](int layer) { return detail::writerNames(layer, {"attn.o", "mlp.down"}); }, layers);

@@ -132,6 +132,14 @@ void SliceCuts::addSenderLoss(CutCode& code, const torch::Tensor& h) const {
   senderLoss_ = senderLoss_.defined() ? senderLoss_ + loss : loss;
 }
 
+void hookCuts(ModuleHooks& hooks, std::shared_ptr<SliceCuts> cuts) {
+  hooks.codeShares = [cuts] { return cuts->codeShares(); };
+  hooks.parameters = [cuts, all = hooks.parameters] { return cuts->stageOrder(all()); };
+  if (!cuts->hasSenderLoss()) return;
+  hooks.setTargets = [cuts](const at::Tensor& targets) { cuts->setTargets(targets); };
+  hooks.ownLoss = [cuts] { return cuts->takeSenderLoss(); };
+}
+
 NamedTensors SliceCuts::stageOrder(NamedTensors named) const {
   for (const auto& [layer, code] : codes_) {
     if (!code->encoder || !code->decoder) continue;  // one side only: as it is

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "stages/module_stage.h"
 #include "stages/stage.h"
 
 namespace skytrain::stages::detail {
@@ -112,5 +113,10 @@ class SliceCuts {
   torch::Tensor targets_;
   mutable torch::Tensor senderLoss_;
 };
+
+// The hooks a stage with codes has whatever its family: codeShares, its parameters in stage
+// order, and with a sender's loss its targets and that loss. `cuts` is the slice's own (an
+// aliasing pointer that keeps the slice alive).
+void hookCuts(ModuleHooks& hooks, std::shared_ptr<SliceCuts> cuts);
 
 }  // namespace skytrain::stages::detail
