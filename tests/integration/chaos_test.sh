@@ -8,8 +8,8 @@
 #   orphan kill -9 the coordinating daemon and leave it down: the stage-1 daemon must free
 #          the job within the heartbeat bound (its data link to stage 0 frees it first); then
 #          start it again
-#   corrupt kill -9 the stage-1 daemon and corrupt its two newest checkpoints: the
-#          coordinator must fall back to an older complete one
+#   corrupt kill -9 the stage-1 daemon and corrupt its files of the two newest complete
+#          checkpoints: the coordinator must fall back to an older one
 #   record kill -9 the coordinating daemon and cut its job record (record.json) at a random
 #          byte: it must read the previous generation and resume the job
 #   record-lost  the same with both generations damaged: the job is rebuilt from job.json
@@ -212,7 +212,7 @@ fault, at = float('$3'), int('$4')
 events = s['events']
 lost = next((e for e in events if e.get('failure') or 'lost' in e['message'] or 'restarted' in e['message']), None)
 resumed = next((e for e in events if 'resuming from' in e['message'] or 'starting over' in e['message'] or 'healed in place' in e['message']), None)
-ckpt = next((e['message'] for e in events if 'resuming from the checkpoint of step' in e['message']), '')
+ckpt = ([e['message'] for e in events if 'resuming from the checkpoint of step' in e['message']] or [''])[-1]  # after any fall-back
 import re
 m = re.search(r'checkpoint of step (\d+)', ckpt)
 from_step = int(m.group(1)) if m else 0
@@ -289,8 +289,13 @@ for c in "${cases[@]}"; do
       pid_b=$(restart "$work/b") ;;
     corrupt)
       kill -9 "$pid_b"; wait "$pid_b" 2>/dev/null || true
-      for f in $(ls -d "$work/b/jobs/$job/checkpoints"/step-* | sort | tail -2); do
-        printf 'garbage' | dd of="$f/stage-1.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+      # The two newest checkpoints the coordinator counts complete (stage 1 may have written
+      # newer ones that stage 0 had not confirmed: the restart does not read those). Read
+      # once the coordinator has seen the failure, so that no confirmation is still on its way.
+      for _ in $(seq 100); do status "$job" | grep -q "attempt 0 failed" && break; sleep 0.1; done
+      for s in $(status "$job" | python3 -c 'import json, sys; print(*json.load(sys.stdin)["checkpoints"][-2:])'); do
+        printf 'garbage' | dd of="$work/b/jobs/$job/checkpoints/step-$(printf %08d "$s")/stage-1.safetensors" \
+          bs=1 seek=100 conv=notrunc 2>/dev/null
       done
       pid_b=$(restart "$work/b") ;;
     replica|replica-restart)
