@@ -52,6 +52,8 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                                predicts the next token through a head of its own (LayerNorm,
                                linear; drawn last), its loss added at weight W: the blocks
                                before a cut learn from their own loss, not only through the code
+                     auxfade=N (with aux=W) the weight falls linearly from W at step 0 to 0
+                               at step N, and stays 0 after
                      paired    embeddings, blocks and head start as the unconstrained model's
                                of the same seed (the codes are drawn after them; without it
                                the anchors are drawn first, so every other tensor differs):
@@ -208,8 +210,8 @@ class Model(nn.Module):
         self.kind, self.k = kind, int(rest[0]) if rest else D
         self.options = set(rest[1:])
         known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "bf16", "skip", "paired", "nocode", "stiefel"}
-        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed=", "anneal=", "aux="))}
-        misplaced = {o for o in self.options if not o.startswith(("embed=", "aux=", "at="))} if kind == "none" else set()
+        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed=", "anneal=", "aux=", "auxfade="))}
+        misplaced = {o for o in self.options if not o.startswith(("embed=", "aux=", "auxfade=", "at="))} if kind == "none" else set()
         if unknown or misplaced or (kind not in ("cut", "none") and self.options):
             raise ValueError(f"{spec}: unknown or misplaced options {sorted(unknown or misplaced or self.options)}")
         if "frozen" in self.options and not self.options & {"ortho", "split"}:
@@ -220,7 +222,9 @@ class Model(nn.Module):
             raise ValueError(f"{spec}: one codec on the code, q13 or bf16")
         value = lambda name, default: next((o[len(name) + 1:] for o in self.options if o.startswith(name + "=")), default)  # noqa: E731
         context, embed = int(value("context", 1)), int(value("embed", 1))
-        self.aux = float(value("aux", 0))
+        self.aux, self.aux_fade = float(value("aux", 0)), int(value("auxfade", 0))
+        if self.aux_fade and not self.aux:
+            raise ValueError(f"{spec}: auxfade= fades aux=; alone it does nothing")
         if kind == "none" and value("at", None) and not self.aux:
             raise ValueError(f"{spec}: at= on none places aux=; alone it does nothing")
         self.anneal, self.step = int(value("anneal", 0)), 0
@@ -304,7 +308,8 @@ class Model(nn.Module):
     def aux_loss(self, y):
         """aux=W: W times each sender's own next-token loss, on the streams of the last forward."""
         head = lambda h: self.aux_heads["head"](self.aux_heads["ln"](h))  # noqa: E731
-        return sum(self.aux * F.cross_entropy(head(h).reshape(-1, VOCAB), y.reshape(-1)) for h in self.aux_streams)
+        w = self.aux * (max(0.0, 1 - self.step / self.aux_fade) if self.aux_fade else 1.0)
+        return sum(w * F.cross_entropy(head(h).reshape(-1, VOCAB), y.reshape(-1)) for h in self.aux_streams)
 
     def embeddings(self, ids):
         h = self.tok_emb(ids) + self.pos_emb[: ids.size(1)]

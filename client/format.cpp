@@ -45,6 +45,15 @@ std::string formatStep(const nlohmann::json& step, int stepsTotal) {
       out += text;
     }
   }
+  // With the sender's own loss: each cut's (by layer).
+  if (const auto it = step.find("sender_loss"); it != step.end() && it->is_object() && !it->empty()) {
+    out += "  sender loss";
+    for (const auto& [layer, loss] : it->items()) {
+      if (!loss.is_number()) continue;
+      std::snprintf(text, sizeof text, " %.8s:%.4f", layer.c_str(), loss.get<double>());
+      out += text;
+    }
+  }
   return out;
 }
 

@@ -23,10 +23,12 @@ struct ModuleHooks {
   std::function<NamedTensors()> buffers;
   // The last stage's loss of (output, targets); empty: Stage's cross-entropy.
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss;
-  // Optional: Stage's setTargets, setTokens, codeShares, generate and adopt (empty: the defaults).
+  // Optional: Stage's setTargets, setTokens, codeShares, takeSenderLosses, generate and adopt
+  // (empty: the defaults).
   std::function<void(const at::Tensor&)> setTargets;
   std::function<void(const at::Tensor&)> setTokens;
   std::function<std::map<int, double>()> codeShares;
+  std::function<std::map<int, double>()> takeSenderLosses;
   // Stage::hasOwnLoss when set: the stage's own loss of its last forward that trained, taken
   // (a second call returns an undefined tensor, as does a forward without one).
   std::function<at::Tensor()> ownLoss;
@@ -66,6 +68,9 @@ class ModuleStage : public Stage {
   }
   bool hasOwnLoss() const override { return static_cast<bool>(hooks_.ownLoss); }
   void setOwnLossFactor(double factor) override { ownLossFactor_ = factor; }
+  std::map<int, double> takeSenderLosses() override {
+    return hooks_.takeSenderLosses ? hooks_.takeSenderLosses() : Stage::takeSenderLosses();
+  }
   std::map<int, double> codeShares() const override { return hooks_.codeShares ? hooks_.codeShares() : Stage::codeShares(); }
   at::Tensor generate(const at::Tensor& input, int maxTokens) override;
   std::vector<std::string> adopt(const std::function<at::Tensor(const std::string&)>& find) override;

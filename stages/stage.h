@@ -76,6 +76,10 @@ class Stage {
   // the blocks after the cut do not read the code (docs/models.md). Empty on other stages, and
   // before the first training forward.
   virtual std::map<int, double> codeShares() const { return {}; }
+  // Each sender's own loss (hasOwnLoss: model.subspace.sender_loss), unweighted: its mean
+  // over the forwards that trained since the last call, by the layer its cut is before.
+  // Empty on other stages and when none trained.
+  virtual std::map<int, double> takeSenderLosses() { return {}; }
   // Greedy decoding from the input (a decoder stage: the encoder's output), at most
   // maxTokens tokens a sample; int64 [b, <= maxTokens]. Throws on a stage that cannot.
   virtual at::Tensor generate(const at::Tensor& input, int maxTokens);

@@ -59,6 +59,14 @@ void addJob(Families& f, const JobMetrics& job) {
           "after the cut does not read the code.",
           at, share);
   }
+  for (const auto& [layer, loss] : job.senderLosses) {
+    auto at = labels;
+    at.push_back({"cut", layer});
+    f.add("skytrain_job_sender_loss", MetricType::Gauge,
+          "The sender's own next-token loss at a cut (model.subspace.sender_loss; unweighted, the mean over the "
+          "step's micro-batches) in the last complete step, by the layer the cut is before.",
+          at, loss);
+  }
   for (size_t l = 0; l < job.links.size(); ++l) {
     auto at = labels;
     at.push_back({"link", std::to_string(l) + "-" + std::to_string(l + 1)});

@@ -31,9 +31,11 @@ JobMetrics jobMetrics(const JobRecord& r, double now) {
     m.tokensPerSecond = number(last, "tokens_per_s");
     m.stepSeconds = number(last, "step_s");
     if (m.stepSeconds && *m.stepSeconds > 0) m.bubble = stepBubble(last);
-    if (const auto it = last.find("code_share"); it != last.end() && it->is_object()) {
-      for (const auto& [layer, share] : it->items()) {
-        if (share.is_number()) m.codeShares[layer] = share.get<double>();
+    for (auto [name, into] : {std::pair{"code_share", &m.codeShares}, std::pair{"sender_loss", &m.senderLosses}}) {
+      const auto it = last.find(name);
+      if (it == last.end() || !it->is_object()) continue;
+      for (const auto& [layer, value] : it->items()) {
+        if (value.is_number()) (*into)[layer] = value.get<double>();
       }
     }
   }

@@ -25,6 +25,7 @@ struct JobMetrics {
   std::vector<StageTotals> stages;
   std::vector<std::pair<double, double>> links;  // the plan's: bandwidth (bytes/s), round trip (s)
   std::map<std::string, double> codeShares;      // the last step's, by the layer each learned code is before
+  std::map<std::string, double> senderLosses;    // the last step's sender's own loss, by the layer of its cut
   double finishedAt = 0;  // wall-clock seconds when it ended; 0 while it runs
 };
 

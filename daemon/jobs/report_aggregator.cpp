@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "daemon/ops/timing.h"
 #include "scheduler/error.h"
@@ -115,6 +118,7 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
     bool skipped = false;
     int lead = -1;
     Json compute = Json::array(), losses = Json::array(), shares = Json::object();
+    std::map<std::string, std::pair<double, int>> senders;  // each cut's sender's own loss: sum over copies, copies
     // The training loss: the mean of the last stage's copies that train, each over its share
     // of the batch.
     Json loss = 0.0;
@@ -140,6 +144,14 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
       if (const auto it = entry.second.find("code_share"); stage > 0 && it != entry.second.end() && it->contains(own)) {
         if (!shares.contains(own)) shares[own] = it->at(own);  // a replicated stage: its first copy's
       }
+      // ... and has a sender's loss at its end only.
+      const std::string end = std::to_string(r.spec.stages[stage].lastLayer);
+      if (const auto it = entry.second.find("sender_loss"); stage + 1 < static_cast<int>(stages) &&
+                                                            it != entry.second.end() && it->contains(end)) {
+        auto& [sum, copies] = senders[end];
+        sum += it->at(end).get<double>();  // a replicated stage: the mean of its copies'
+        ++copies;
+      }
       addTo(r.totals, stage, entry.second);
     }
     // A fan-in's step trains every producer's batch.
@@ -159,6 +171,7 @@ void ReportAggregator::completeSteps(JobRecord& r) const {
                 {"compute_s", compute},
                 {"time", wallSeconds()}};  // when the step completed (plots against wall-clock)
     if (!shares.empty()) row["code_share"] = shares;  // by the layer each learned code is before
+    for (const auto& [layer, value] : senders) row["sender_loss"][layer] = value.first / value.second;
     if (protocol::isFanIn(r.spec)) {
       row["stage_losses"] = losses;  // each generator's masked-token loss, then the discriminator's
       row["lead"] = lead;            // how far the furthest producer ran ahead of the consumer

@@ -110,7 +110,7 @@ struct ExportRead : StageRef {
   int64_t offset = 0;
 };
 constexpr size_t kExportChunkBytes = 1 << 20;
-constexpr size_t kMaxCodeShares = 1024;  // cuts a step report may name
+constexpr size_t kMaxCodeShares = 1024;  // cuts a step report may name (in each of code_share, sender_loss)
 
 // Ready: a healing job's stage has its step's gradients averaged and waits for the commit.
 enum class ReportKind { Step, Eval, Profile, Checkpoint, Done, Failed, Ready };
@@ -133,6 +133,7 @@ struct StageReport : StageRef {
   int lead = -1;                 // step, fan-in producers: how many steps ahead of the consumer it ran
   int microBatches = 0;
   std::map<int, double> codeShares;  // step: a learned code's share at each cut the stage decodes, by layer ("code_share")
+  std::map<int, double> senderLosses;  // step: the own loss of each cut the stage sends from, by layer ("sender_loss")
   nlohmann::json profile;  // profile: checked by the planner's reader (daemon/coordinator/planning.h)
   std::string error;       // failed
 };

@@ -17,12 +17,13 @@ constexpr int64_t kBig = int64_t{1} << 30;
 
 double seconds(ObjectReader& r, const std::string& key) { return r.number(key, 0.0, 0.0, 1e9); }
 
-// "code_share": {"<layer>": share}, each layer a positive integer written plainly.
-std::map<int, double> parseCodeShares(ObjectReader& r) {
-  std::map<int, double> shares;
-  const json* value = r.child("code_share", false);
-  if (!value) return shares;
-  ObjectReader reader(*value, r.pathOf("code_share"));
+// "code_share" or "sender_loss": {"<layer>": value}, each layer a positive integer written
+// plainly, each value in [0, 1e9].
+std::map<int, double> parseByLayer(ObjectReader& r, const std::string& name) {
+  std::map<int, double> values;
+  const json* value = r.child(name, false);
+  if (!value) return values;
+  ObjectReader reader(*value, r.pathOf(name));
   if (value->size() > kMaxCodeShares) {
     throw SpecError(reader.path(), "names more than " + std::to_string(kMaxCodeShares) + " cuts");
   }
@@ -33,9 +34,9 @@ std::map<int, double> parseCodeShares(ObjectReader& r) {
     if (key.empty() || key[0] == '0' || key[0] == '-' || error != std::errc() || end != key.data() + key.size()) {
       throw SpecError(reader.path(), "has a key that is not a layer (a positive integer)");
     }
-    shares[layer] = reader.number(key, std::nullopt, 0.0, 1e9);
+    values[layer] = reader.number(key, std::nullopt, 0.0, 1e9);
   }
-  return shares;
+  return values;
 }
 
 }  // namespace
@@ -69,7 +70,8 @@ void readReportFields(ObjectReader& r, StageReport& m) {
   m.lr = r.number("lr", 0.0, 0.0, 10.0);
   m.skipped = r.boolean("skipped", false);
   m.lead = static_cast<int>(r.integer("lead", -1, -1, 1 << 20));
-  m.codeShares = parseCodeShares(r);
+  m.codeShares = parseByLayer(r, "code_share");
+  m.senderLosses = parseByLayer(r, "sender_loss");
   if (const json* profile = r.child("profile", m.kind == ReportKind::Profile)) {
     if (!profile->is_object()) throw SpecError(r.pathOf("profile"), "expected an object");
     m.profile = *profile;
@@ -89,11 +91,14 @@ json reportFields(const StageReport& m) {
               {"micro_batches", m.microBatches}, {"checkpoint_s", m.checkpointSeconds}, {"lr", m.lr},
               {"skipped", m.skipped}});
     if (m.lead >= 0) j["lead"] = m.lead;
-    if (!m.codeShares.empty()) {
-      json shares = json::object();
-      for (const auto& [layer, share] : m.codeShares) shares[std::to_string(layer)] = share;
-      j["code_share"] = std::move(shares);
-    }
+    const auto byLayer = [&j](const char* name, const std::map<int, double>& values) {
+      if (values.empty()) return;
+      json object = json::object();
+      for (const auto& [layer, value] : values) object[std::to_string(layer)] = value;
+      j[name] = std::move(object);
+    };
+    byLayer("code_share", m.codeShares);
+    byLayer("sender_loss", m.senderLosses);
   }
   if (m.kind == ReportKind::Eval && m.loss) j["loss"] = *m.loss;
   if (m.kind == ReportKind::Eval && m.accuracy) j["accuracy"] = *m.accuracy;

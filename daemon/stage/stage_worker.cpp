@@ -322,6 +322,7 @@ void StageWorker::run() {
       message.skipped = stats.skipped;
       message.lead = stats.lead;
       message.codeShares = stats.codeShares;
+      message.senderLosses = stats.senderLosses;
       report(std::move(message));
       confirmCheckpoints(writer);
       const int interval = a.spec.eval.interval;

@@ -44,6 +44,7 @@ TEST_CASE("each request type parses and round-trips") {
   report.loss = 2.5;
   report.stepSeconds = 0.1;
   report.codeShares = {{1, 0.25}, {12, 0.001}};  // a model with learned codes before layers 1 and 12
+  report.senderLosses = {{12, 2.75}};             // and a sender's own loss at the second
   StoreRequest store;
   store.job = kJob;
   store.stage = 1;
@@ -103,27 +104,31 @@ TEST_CASE("a healing job's prepare and commit are bounded") {
   CHECK_THAT(refusal({{"type", "stage.commit"}, {"job", kJob}, {"stage", 0}, {"step", -1}}), Catch::Contains("$.step"));
 }
 
-TEST_CASE("a step report's code shares are bounded: layers written plainly, shares finite and not negative") {
+TEST_CASE("a step report's values by cut are bounded: layers written plainly, values finite and not negative") {
   const json step = {{"type", "stage.report"}, {"job", kJob}, {"stage", 1}, {"kind", "step"}, {"step", 0}};
-  auto with = [&](json shares) {
-    json m = step;
-    m["code_share"] = std::move(shares);
-    return m;
-  };
-  const auto parsed = std::get<StageReport>(parseRequest(with({{"2", 0.5}, {"40", 0.0}})).request);
-  CHECK(parsed.codeShares == std::map<int, double>{{2, 0.5}, {40, 0.0}});
-  CHECK(std::get<StageReport>(parseRequest(step).request).codeShares.empty());
-  CHECK_THAT(refusal(with(json::array({0.5}))), Catch::Contains("$.code_share") && Catch::Contains("object"));
-  for (const char* key : {"0", "-1", "01", "+2", "2x", "", "99999999999999999999", "../x"}) {
-    INFO(key);
-    CHECK_THAT(refusal(with({{key, 0.5}})), Catch::Contains("$.code_share") && Catch::Contains("not a layer"));
+  for (const std::string name : {"code_share", "sender_loss"}) {
+    INFO(name);
+    const auto of = [&](const StageReport& r) { return name == "code_share" ? r.codeShares : r.senderLosses; };
+    auto with = [&](json values) {
+      json m = step;
+      m[name] = std::move(values);
+      return m;
+    };
+    CHECK(of(std::get<StageReport>(parseRequest(with({{"2", 0.5}, {"40", 0.0}})).request)) ==
+          std::map<int, double>{{2, 0.5}, {40, 0.0}});
+    CHECK(of(std::get<StageReport>(parseRequest(step).request)).empty());
+    CHECK_THAT(refusal(with(json::array({0.5}))), Catch::Contains("$." + name) && Catch::Contains("object"));
+    for (const char* key : {"0", "-1", "01", "+2", "2x", "", "99999999999999999999", "../x"}) {
+      INFO(key);
+      CHECK_THAT(refusal(with({{key, 0.5}})), Catch::Contains("$." + name) && Catch::Contains("not a layer"));
+    }
+    CHECK_THAT(refusal(with({{"2", -0.5}})), Catch::Contains("$." + name + ".2"));
+    CHECK_THAT(refusal(with({{"2", "high"}})), Catch::Contains("$." + name + ".2"));
+    CHECK_THAT(refusal(with({{"2", 1e300}})), Catch::Contains("$." + name + ".2"));
+    json many = json::object();
+    for (size_t i = 1; i <= kMaxCodeShares + 1; ++i) many[std::to_string(i)] = 0.1;
+    CHECK_THAT(refusal(with(many)), Catch::Contains("more than"));
   }
-  CHECK_THAT(refusal(with({{"2", -0.5}})), Catch::Contains("$.code_share.2"));
-  CHECK_THAT(refusal(with({{"2", "high"}})), Catch::Contains("$.code_share.2"));
-  CHECK_THAT(refusal(with({{"2", 1e300}})), Catch::Contains("$.code_share.2"));
-  json many = json::object();
-  for (size_t i = 1; i <= kMaxCodeShares + 1; ++i) many[std::to_string(i)] = 0.1;
-  CHECK_THAT(refusal(with(many)), Catch::Contains("more than"));
 }
 
 TEST_CASE("bad requests are refused naming the field") {

@@ -232,56 +232,67 @@ TEST_CASE("a finished job's series leave /metrics after the retention; it still 
   CHECK(seriesOf(0) == std::set<std::string>{old.id, recent.id, running.id});  // 0: kept forever
 }
 
-TEST_CASE("the last step's code shares are a series a cut; a malformed one adds none", "[records][metrics]") {
+TEST_CASE("the last step's code shares and sender's losses are a series a cut; a malformed one adds none",
+          "[records][metrics]") {
   Scratch scratch;
   RecordFiles files(scratch.dir.string());
   JobRecord r = sample();
   files.create(r);
-  r.steps.push_back({{"step", 0}, {"loss", 5.5}, {"code_share", "high"}});
+  r.steps.push_back({{"step", 0}, {"loss", 5.5}, {"code_share", "high"}, {"sender_loss", "low"}});
   CHECK(jobMetrics(r, 0).codeShares.empty());
+  CHECK(jobMetrics(r, 0).senderLosses.empty());
   r.steps.push_back({{"step", 1}, {"loss", 5.25}, {"code_share", {{"2", "x"}, {"4", 0.5}}}});
   CHECK(jobMetrics(r, 0).codeShares == std::map<std::string, double>{{"4", 0.5}});
-  r.steps.push_back({{"step", 2}, {"loss", 5.0}, {"code_share", {{"2", 0.25}, {"4", 0.001}}}});
+  r.steps.push_back({{"step", 2},
+                     {"loss", 5.0},
+                     {"code_share", {{"2", 0.25}, {"4", 0.001}}},
+                     {"sender_loss", {{"2", 5.5}, {"4", nullptr}}}});
   CHECK(jobMetrics(r, 0).codeShares == std::map<std::string, double>{{"2", 0.25}, {"4", 0.001}});
+  CHECK(jobMetrics(r, 0).senderLosses == std::map<std::string, double>{{"2", 5.5}});
   for (const auto& step : r.steps) files.appendStep(r, step);
   files.save(r);
   JobTable table(scratch.dir.string(), "self-key");
   table.load();
-  std::map<std::string, double> series;
+  std::map<std::string, std::map<std::string, double>> series;  // by family, then cut
   for (const auto& family : JobCollector(table, 0).Collect()) {
-    if (family.name != "skytrain_job_code_share") continue;
+    if (family.name != "skytrain_job_code_share" && family.name != "skytrain_job_sender_loss") continue;
     for (const auto& metric : family.metric) {
       for (const auto& label : metric.label) {
-        if (label.name == "cut") series[label.value] = metric.gauge.value;
+        if (label.name == "cut") series[family.name][label.value] = metric.gauge.value;
       }
     }
   }
-  CHECK(series == std::map<std::string, double>{{"2", 0.25}, {"4", 0.001}});
+  CHECK(series["skytrain_job_code_share"] == std::map<std::string, double>{{"2", 0.25}, {"4", 0.001}});
+  CHECK(series["skytrain_job_sender_loss"] == std::map<std::string, double>{{"2", 5.5}});
 }
 
-TEST_CASE("a step row keeps each stage's share of the code at its own input only", "[records][metrics]") {
+TEST_CASE("a step row keeps each stage's share of the code at its own input and sender's loss at its end only",
+          "[records][metrics]") {
   Scratch scratch;
   RecordFiles files(scratch.dir.string());
   ReportAggregator aggregator(files);
   JobRecord r = sample();  // two stages, the second from layer 2
   files.create(r);
-  auto step = [&](int stage, std::map<int, double> shares) {
+  auto step = [&](int stage, std::map<int, double> shares, std::map<int, double> senders = {}) {
     protocol::StageReport report;
     report.job = r.id;
     report.stage = stage;
     report.kind = protocol::ReportKind::Step;
     report.step = static_cast<int64_t>(r.steps.size());
     report.codeShares = std::move(shares);
+    report.senderLosses = std::move(senders);
     aggregator.apply(r, report);
   };
-  step(0, {{2, 0.9}});              // the first stage decodes no code: dropped
-  step(1, {{2, 0.3}, {3, 0.5}});    // layer 3 is no cut of this job: dropped
+  step(0, {{2, 0.9}}, {{2, 4.5}, {1, 9.0}});  // decodes no code: dropped; sends at 2 only: 1 dropped
+  step(1, {{2, 0.3}, {3, 0.5}}, {{2, 7.0}});  // layer 3 is no cut of this job; the last stage sends none
   REQUIRE(r.steps.size() == 1);
   CHECK(r.steps[0]["code_share"] == nlohmann::json{{"2", 0.3}});
+  CHECK(r.steps[0]["sender_loss"] == nlohmann::json{{"2", 4.5}});
   step(0, {});
   step(1, {});
   REQUIRE(r.steps.size() == 2);
   CHECK_FALSE(r.steps[1].contains("code_share"));
+  CHECK_FALSE(r.steps[1].contains("sender_loss"));
 }
 
 TEST_CASE("a healed job's record names the copies that hold its final weights, and export is sent there",

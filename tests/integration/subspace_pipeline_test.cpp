@@ -66,6 +66,19 @@ TEST_CASE("a three-daemon subspace pipeline trains like one process, k numbers a
     } else {
       CHECK_FALSE(row.contains("code_share"));
     }
+    // ... and with the senders' own losses, each sender's (unweighted: a next-token loss over
+    // the vocabulary, near its log at the start).
+    if (method == "sender") {
+      REQUIRE(row.contains("sender_loss"));
+      CHECK(row["sender_loss"].size() == 2);
+      for (const char* layer : {"1", "3"}) {
+        const double loss = row["sender_loss"].value(layer, -1.0);
+        CHECK(loss > 0.0);
+        CHECK(loss < 3 * std::log(256.0));
+      }
+    } else {
+      CHECK_FALSE(row.contains("sender_loss"));
+    }
   }
 
   // The byte formula: per cut and direction, batch x seq x k float32 numbers a step, where the

@@ -296,6 +296,22 @@ TEST_CASE("a sender's own loss: the stage before each cut also predicts the next
   reference->backward(0, h.grad());
   CHECK(torch::allclose(named.at("cut1.sender_head.weight").grad(), head.grad(), 1e-5, 1e-7));
   CHECK(torch::allclose(named.at("cut1.encode.weight").grad(), encode.grad(), 1e-5, 1e-7));
+  // Its value, unweighted, the mean over the forwards that trained since it was last taken.
+  CHECK(makeGptStage(cutGpt(), 0, 1, 7)->takeSenderLosses().empty());  // no sender's loss
+  const auto losses = a->takeSenderLosses();
+  REQUIRE(losses.size() == 1);
+  CHECK(losses.at(1) == Approx(own.item<double>()).epsilon(1e-5));
+  CHECK(a->takeSenderLosses().empty());  // taken
+  a->infer(ids);
+  CHECK(a->takeSenderLosses().empty());  // validation is not training
+  const at::Tensor others = torch::randint(0, 50, {2, 12}, torch::kLong);
+  for (int i : {1, 2}) {
+    a->setTargets(i == 1 ? targets : others);
+    a->forward(i, ids);
+  }
+  const at::Tensor second = torch::nn::functional::cross_entropy(
+      torch::matmul(normed, head.t()).reshape({-1, 50}), others.reshape({-1}));
+  CHECK(a->takeSenderLosses().at(1) == Approx((own + second).item<double>() / 2).epsilon(1e-5));
   const auto expected = byName(reference->namedParameters());
   for (const auto& name : {"tok_emb.weight", "pos_emb", "block0.attn.qkv.weight", "block0.proj.weight"}) {
     INFO(name);

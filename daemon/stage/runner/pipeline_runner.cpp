@@ -234,6 +234,7 @@ StepStats PipelineRunner::runStep(uint64_t step) {
   stats.bytesBackward = links_->bytesSentBackward() - backwardBefore;
   stats.rawBackward = counters_.rawBackward;
   stats.codeShares = model_->codeShares();
+  stats.senderLosses = model_->takeSenderLosses();
   stats.stepSeconds = secondsSince(start);
   return stats;
 }

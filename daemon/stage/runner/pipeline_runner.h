@@ -69,6 +69,7 @@ struct StepStats {
   uint64_t bytesBackward = 0;  // the part of bytesSent sent to the previous stage (gradients)
   uint64_t rawBackward = 0;    // the part of bytesRaw sent to the previous stage
   std::map<int, double> codeShares;  // a learned code's share at each cut it decodes (Stage::codeShares)
+  std::map<int, double> senderLosses;  // the own loss of each cut it sends from (Stage::takeSenderLosses)
 };
 
 class PipelineRunner {

@@ -100,6 +100,7 @@ Json Profiler::profile(uint64_t step) {
     throw Error(std::string(protocol::kBadModel) + "stage " + std::to_string(context_.stage) +
                 " failed on the job's shapes while profiling: " + e.what_without_backtrace());
   }
+  model_.takeSenderLosses();  // of random inputs: not the first step's
   if (gradients_.replicas()) compute["allreduce_s"] = timeAllReduce();
   compute["replicas"] = protocol::replicaCount(context_.spec);
   // The tied matrices this stage holds first: what their gradient frames carry down to the

@@ -128,8 +128,23 @@ torch::Tensor SliceCuts::takeSenderLoss() { return std::exchange(senderLoss_, to
 
 void SliceCuts::addSenderLoss(CutCode& code, const torch::Tensor& h) const {
   if (code.senderNorm.is_empty() || !code.is_training() || !torch::GradMode::is_enabled()) return;
-  const torch::Tensor loss = code.senderLoss(h, targets_) * shape_.senderLoss;
+  const torch::Tensor own = code.senderLoss(h, targets_);
+  const torch::Tensor loss = own * shape_.senderLoss;
   senderLoss_ = senderLoss_.defined() ? senderLoss_ + loss : loss;
+  code.senderSum = code.senderSum.defined() ? code.senderSum + own.detach() : own.detach();
+  ++code.senderCount;
+}
+
+std::map<int, double> SliceCuts::takeSenderLosses() {
+  std::map<int, double> losses;
+  for (const auto& [layer, code] : codes_) {
+    if (code->senderCount == 0) continue;
+    const double mean = code->senderSum.item<double>() / code->senderCount;
+    if (std::isfinite(mean)) losses[layer] = mean;  // a step with a non-finite state has none
+    code->senderSum = torch::Tensor();
+    code->senderCount = 0;
+  }
+  return losses;
 }
 
 void hookCuts(ModuleHooks& hooks, std::shared_ptr<SliceCuts> cuts) {
@@ -138,6 +153,7 @@ void hookCuts(ModuleHooks& hooks, std::shared_ptr<SliceCuts> cuts) {
   if (!cuts->hasSenderLoss()) return;
   hooks.setTargets = [cuts](const at::Tensor& targets) { cuts->setTargets(targets); };
   hooks.ownLoss = [cuts] { return cuts->takeSenderLoss(); };
+  hooks.takeSenderLosses = [cuts] { return cuts->takeSenderLosses(); };
 }
 
 NamedTensors SliceCuts::stageOrder(NamedTensors named) const {

@@ -49,6 +49,10 @@ struct CutCode : torch::nn::Module {
   // The last decode that trained (grad mode on): RMS of decode(code) over RMS of the state,
   // a detached scalar (read once a step: Stage::codeShares).
   mutable torch::Tensor share;
+  // The sender's own losses (unweighted, detached) summed over the forwards that trained
+  // since SliceCuts::takeSenderLosses, and how many: summed on the device, read once a step.
+  torch::Tensor senderSum;
+  int senderCount = 0;
 };
 
 // Throws skytrain::Error (naming `family`) unless `rank` is 0 or in [1, width] with `cuts`
@@ -81,6 +85,9 @@ class SliceCuts {
   bool hasSenderLoss() const;
   void setTargets(const torch::Tensor& targets) { targets_ = targets; }
   torch::Tensor takeSenderLoss();
+  // Stage::takeSenderLosses: each of this slice's senders' own loss, unweighted, its mean over
+  // the forwards that trained since the last call, by its layer.
+  std::map<int, double> takeSenderLosses();
   // The slice's parameters (`named`, its module's order) with each cut it holds both sides of
   // in the order the two stages beside that cut would hold them, the sender's first (encode,
   // its loss's head) and then the receiver's (anchor, decode): a whole model then lists its
@@ -115,7 +122,7 @@ class SliceCuts {
 };
 
 // The hooks a stage with codes has whatever its family: codeShares, its parameters in stage
-// order, and with a sender's loss its targets and that loss. `cuts` is the slice's own (an
+// order, and with a sender's loss its targets, that loss and its values. `cuts` is the slice's own (an
 // aliasing pointer that keeps the slice alive).
 void hookCuts(ModuleHooks& hooks, std::shared_ptr<SliceCuts> cuts);
 
