@@ -36,24 +36,20 @@ std::string formatStep(const nlohmann::json& step, int stepsTotal) {
                 formatBytes(step.value("bytes_raw", 0.0)).c_str(), step["step_s"].get<double>(),
                 step.value("skipped", false) ? "  SKIPPED (non-finite gradient)" : "");
   std::string out = text;
-  // A model with learned codes: each cut's share of the state its receiver rebuilds (by layer).
-  if (const auto it = step.find("code_share"); it != step.end() && it->is_object() && !it->empty()) {
-    out += "  code share";
-    for (const auto& [layer, share] : it->items()) {
-      if (!share.is_number()) continue;
-      std::snprintf(text, sizeof text, " %.8s:%.3g", layer.c_str(), share.get<double>());
+  // A model with learned codes: each cut's share of the state its receiver rebuilds, and with
+  // the sender's own loss each sender's, by the layer the cut is before.
+  const auto byCut = [&](const char* key, const char* label, const char* format) {
+    const auto it = step.find(key);
+    if (it == step.end() || !it->is_object() || it->empty()) return;
+    out += label;
+    for (const auto& [layer, value] : it->items()) {
+      if (!value.is_number()) continue;
+      std::snprintf(text, sizeof text, format, layer.c_str(), value.get<double>());
       out += text;
     }
-  }
-  // With the sender's own loss: each cut's (by layer).
-  if (const auto it = step.find("sender_loss"); it != step.end() && it->is_object() && !it->empty()) {
-    out += "  sender loss";
-    for (const auto& [layer, loss] : it->items()) {
-      if (!loss.is_number()) continue;
-      std::snprintf(text, sizeof text, " %.8s:%.4f", layer.c_str(), loss.get<double>());
-      out += text;
-    }
-  }
+  };
+  byCut("code_share", "  code share", " %.8s:%.3g");
+  byCut("sender_loss", "  sender loss", " %.8s:%.4f");
   return out;
 }
 

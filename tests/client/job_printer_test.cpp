@@ -54,3 +54,15 @@ TEST_CASE("not on a terminal: plain lines; --json: one object a line with its ty
   CHECK(nlohmann::json::parse(first)["loss"] == 2.5);
   CHECK(nlohmann::json::parse(second)["type"] == "eval");
 }
+
+TEST_CASE("a model with learned codes: each cut's code share and sender's loss end the line") {
+  std::ostringstream lines;
+  json r = row(1, 1);
+  r["code_share"] = {{"2", 0.3125}, {"3", "x"}};  // a value that is not a number is left out
+  r["sender_loss"] = {{"2", 1.23456}};
+  JobPrinter(lines, OutputMode::Lines).step(r, 10);
+  CHECK_THAT(lines.str(), Catch::Contains("  code share 2:0.312  sender loss 2:1.2346"));
+  std::ostringstream plain;
+  JobPrinter(plain, OutputMode::Lines).step(row(1, 1), 10);
+  CHECK_THAT(plain.str(), !Catch::Contains("code share") && !Catch::Contains("sender loss"));
+}
