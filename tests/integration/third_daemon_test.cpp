@@ -4,8 +4,10 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 #include "daemon/daemon.h"
@@ -35,9 +37,19 @@ std::string errorOf(protocol::ControlClient& client, const Json& request) {
 }
 
 // The proof the coordinator keeps in its job record (as if it leaked).
+// The job's proof from its record on the coordinator's disk: from record.json, or from the
+// previous generation while a new one is being written (record.json is moved aside first).
 std::string recordedProof(const TestDaemon& coordinator, const std::string& job) {
-  std::ifstream in(coordinator.dir() / "jobs" / job / "record.json");
-  return Json::parse(in).at("proof").get<std::string>();
+  const auto dir = coordinator.dir() / "jobs" / job;
+  for (int i = 0; i < 100; ++i) {
+    for (const char* name : {"record.json", "record.prev.json"}) {
+      std::ifstream in(dir / name);
+      const Json record = Json::parse(in, nullptr, false);
+      if (record.is_object() && record.contains("proof")) return record["proof"].get<std::string>();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  throw std::runtime_error("no readable record of job " + job);
 }
 
 Json prepare(const std::string& job, const std::string& proof, int stage, int attempt, const Json& spec,
