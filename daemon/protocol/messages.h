@@ -110,7 +110,7 @@ struct ExportRead : StageRef {
   int64_t offset = 0;
 };
 constexpr size_t kExportChunkBytes = 1 << 20;
-constexpr size_t kMaxCodeShares = 1024;  // cuts a step report may name (in each of code_share, sender_loss)
+constexpr size_t kMaxReportCuts = 1024;  // cuts a step report may name in code_share, and in sender_loss
 
 // Ready: a healing job's stage has its step's gradients averaged and waits for the commit.
 enum class ReportKind { Step, Eval, Profile, Checkpoint, Done, Failed, Ready };

@@ -24,8 +24,8 @@ std::map<int, double> parseByLayer(ObjectReader& r, const std::string& name) {
   const json* value = r.child(name, false);
   if (!value) return values;
   ObjectReader reader(*value, r.pathOf(name));
-  if (value->size() > kMaxCodeShares) {
-    throw SpecError(reader.path(), "names more than " + std::to_string(kMaxCodeShares) + " cuts");
+  if (value->size() > kMaxReportCuts) {
+    throw SpecError(reader.path(), "names more than " + std::to_string(kMaxReportCuts) + " cuts");
   }
   for (const auto& item : value->items()) {
     const std::string& key = item.key();

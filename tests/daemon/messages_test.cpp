@@ -126,7 +126,7 @@ TEST_CASE("a step report's values by cut are bounded: layers written plainly, va
     CHECK_THAT(refusal(with({{"2", "high"}})), Catch::Contains("$." + name + ".2"));
     CHECK_THAT(refusal(with({{"2", 1e300}})), Catch::Contains("$." + name + ".2"));
     json many = json::object();
-    for (size_t i = 1; i <= kMaxCodeShares + 1; ++i) many[std::to_string(i)] = 0.1;
+    for (size_t i = 1; i <= kMaxReportCuts + 1; ++i) many[std::to_string(i)] = 0.1;
     CHECK_THAT(refusal(with(many)), Catch::Contains("more than"));
   }
 }

@@ -52,17 +52,21 @@ TEST_CASE("a third, authorized daemon's frames and reports are dropped; the job 
       }
       const Json failed = {{"type", "stage.report"}, {"job", job}, {"stage", 1}, {"kind", "failed"}, {"error", "forged"}};
       const Json finished = {{"type", "stage.report"}, {"job", job}, {"stage", 0}, {"kind", "done"}};
-      // A step report whose code shares are out of bounds (a crafted layer, too many cuts).
+      // Step reports whose values by cut are out of bounds (a crafted layer or value, too many
+      // cuts): code shares, and a sender's loss.
       Json shares = Json::object();
       for (int layer = 1; layer <= 2000; ++layer) shares[std::to_string(layer)] = 0.5;
       const Json flood = {{"type", "stage.report"}, {"job", job}, {"stage", 1}, {"kind", "step"},
-                          {"step", step}, {"code_share", shares}};
+                          {"step", step}, {"code_share", shares}, {"sender_loss", shares}};
       const Json crafted = {{"type", "stage.report"}, {"job", job}, {"stage", 1}, {"kind", "step"},
                             {"step", step}, {"code_share", {{"../1", 1e300}}}};
+      const Json craftedLoss = {{"type", "stage.report"}, {"job", job}, {"stage", 0}, {"kind", "step"},
+                                {"step", step}, {"sender_loss", {{"1", -1.0}, {"01", 1e300}}}};
       sendRaw(context, a.control(), toA, {failed.dump()});
       sendRaw(context, a.control(), toA, {finished.dump()});
       sendRaw(context, a.control(), toA, {flood.dump()});
       sendRaw(context, a.control(), toA, {crafted.dump()});
+      sendRaw(context, a.control(), toA, {craftedLoss.dump()});
       const Json abort = {{"type", "stage.abort"}, {"job", job}, {"stage", 1}};
       sendRaw(context, b.control(), toB, {abort.dump()});
       std::this_thread::sleep_for(milliseconds(20));

@@ -36,9 +36,9 @@ std::string errorOf(protocol::ControlClient& client, const Json& request) {
   }
 }
 
-// The proof the coordinator keeps in its job record (as if it leaked).
-// The job's proof from its record on the coordinator's disk: from record.json, or from the
-// previous generation while a new one is being written (record.json is moved aside first).
+// The proof the coordinator keeps in its job record (as if it leaked): from record.json, or
+// from the previous generation while a new one is being written (record.json is moved aside
+// first).
 std::string recordedProof(const TestDaemon& coordinator, const std::string& job) {
   const auto dir = coordinator.dir() / "jobs" / job;
   for (int i = 0; i < 100; ++i) {

@@ -122,8 +122,8 @@ class SliceCuts {
 };
 
 // The hooks a stage with codes has whatever its family: codeShares, its parameters in stage
-// order, and with a sender's loss its targets, that loss and its values. `cuts` is the slice's own (an
-// aliasing pointer that keeps the slice alive).
+// order, and with a sender's loss its targets, that loss and its values. `cuts` is the
+// slice's own (an aliasing pointer that keeps the slice alive).
 void hookCuts(ModuleHooks& hooks, std::shared_ptr<SliceCuts> cuts);
 
 }  // namespace skytrain::stages::detail
