@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cmath>
 
 #include "daemon/net/replica_group.h"
 #include "daemon/ops/files.h"
@@ -309,20 +308,9 @@ void StageWorker::run() {
         checkpointSeconds = secondsSince(start);
       }
       auto message = simple(protocol::ReportKind::Step, step);
-      if (!std::isnan(stats.loss)) message.loss = stats.loss;
-      message.stepSeconds = stats.stepSeconds;
-      message.computeSeconds = stats.computeSeconds;
-      message.bytesSent = static_cast<double>(stats.bytesSent);
-      message.bytesRaw = static_cast<double>(stats.bytesRaw);
-      message.bytesBackward = static_cast<double>(stats.bytesBackward);
-      message.rawBackward = static_cast<double>(stats.rawBackward);
+      addStepFields(stats, message);
       message.microBatches = runner.microBatches();
       message.checkpointSeconds = checkpointSeconds;
-      message.lr = stats.lr;
-      message.skipped = stats.skipped;
-      message.lead = stats.lead;
-      message.codeShares = stats.codeShares;
-      message.senderLosses = stats.senderLosses;
       report(std::move(message));
       confirmCheckpoints(writer);
       const int interval = a.spec.eval.interval;

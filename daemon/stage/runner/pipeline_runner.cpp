@@ -10,6 +10,7 @@
 #include "daemon/net/replica_group.h"
 #include "daemon/ops/files.h"
 #include "daemon/ops/timing.h"
+#include "daemon/protocol/messages.h"
 #include "daemon/stage/topology/chain.h"
 #include "daemon/stage/runner/codec_set.h"
 #include "daemon/stage/update/delayed_update.h"
@@ -211,6 +212,21 @@ void PipelineRunner::setPlan(const RunPlan& plan) {
   plan_ = plan;
   plan_.forwardCodec = codecs_->forwardSpec();
   plan_.backwardCodec = codecs_->backwardSpec();
+}
+
+void addStepFields(const StepStats& stats, protocol::StageReport& report) {
+  if (!std::isnan(stats.loss)) report.loss = stats.loss;
+  report.stepSeconds = stats.stepSeconds;
+  report.computeSeconds = stats.computeSeconds;
+  report.bytesSent = static_cast<double>(stats.bytesSent);
+  report.bytesRaw = static_cast<double>(stats.bytesRaw);
+  report.bytesBackward = static_cast<double>(stats.bytesBackward);
+  report.rawBackward = static_cast<double>(stats.rawBackward);
+  report.lr = stats.lr;
+  report.skipped = stats.skipped;
+  report.lead = stats.lead;
+  report.codeShares = stats.codeShares;
+  report.senderLosses = stats.senderLosses;
 }
 
 StepStats PipelineRunner::runStep(uint64_t step) {

@@ -40,6 +40,10 @@ class ModelSource;
 class Objective;
 }  // namespace skytrain::stages
 
+namespace skytrain::protocol {
+struct StageReport;
+}
+
 namespace skytrain::daemon {
 
 class CodecSet;
@@ -71,6 +75,9 @@ struct StepStats {
   std::map<int, double> codeShares;  // a learned code's share at each cut it decodes (Stage::codeShares)
   std::map<int, double> senderLosses;  // the own loss of each cut it sends from (Stage::takeSenderLosses)
 };
+
+// A step's figures into its report (kind Step): loss, times, bytes, learning rate, codes.
+void addStepFields(const StepStats& stats, protocol::StageReport& report);
 
 class PipelineRunner {
  public:
