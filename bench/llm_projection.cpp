@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,9 @@ struct Wire {
   // method "cut": dense blocks and a learned code at each cut (a vocab x d_model anchor, a
   // k x d_model decode and a d_model x k encode more) instead of the shared subspace.
   bool learnedCode = false;
+  // model.subspace.sender_loss: a d_model x vocab head more at each stage before a cut (its
+  // parameters, optimizer state, FLOPs and logits counted as the model source counts them).
+  bool senderLoss = false;
 };
 
 // One cut of the model into stages, as the daemon's model source sees it.
@@ -110,6 +114,7 @@ Cut cutModel(const protocol::ModelPreset& preset, const Setting& setting, const 
   if (wire.learnedCode && p > 1) {  // the codes sit at the boundaries the dense model's split drew
     cut.config.llama.cutRank = wire.subspaceRank;
     cut.config.llama.cuts.assign(bounds.begin() + 1, bounds.end() - 1);
+    cut.config.llama.senderLoss = wire.senderLoss ? 1.0 : 0.0;
   }
   // Builds no stage: weightBytes and stashBytesPerSample are arithmetic on the config.
   cut.source = stages::makeModelSource(cut.config);
@@ -224,12 +229,16 @@ int main(int argc, char** argv) {
   // 64-block, 8.0x fewer bytes than fp32.
   // The subspace rows: k = 64 of llama-7b's 4096 (64x fewer numbers), in bf16 and with q13.
   // The learned codes at the cuts (method "cut") send the same k numbers; their stages hold more.
+  // The last: the recipe that kept quality where depth pays on the CPU's models
+  // (docs/BENCHMARKS.md, "A learned code at each cut"): k = d_model / 16 in bf16, 32x fewer
+  // bytes than fp32, with the sender's own loss.
   const std::vector<Wire> wires = {{"bf16", 2.0},
                                    {"q13+pred/q13+rot", 0.5},
                                    {"subspace k=64, bf16", 2.0, 64},
                                    {"subspace k=64, q13", 0.5, 64},
                                    {"cut code k=64, bf16", 2.0, 64, true},
-                                   {"cut code k=64, q13", 0.5, 64, true}};
+                                   {"cut code k=64, q13", 0.5, 64, true},
+                                   {"cut code k=d/16, bf16, sender's loss", 2.0, -16, true, true}};
   std::printf(
       "Projection by scheduler::makePlan, not a measurement. Assumed:\n"
       "- accelerators: %.0f GB each (H100-class); %.0f TFLOP/s sustained in bf16, %.0f TFLOP/s fp32 (TF32)\n"
@@ -248,7 +257,9 @@ int main(int argc, char** argv) {
       "- subspace rows (model.subspace): k = 64 numbers a token cross every link instead\n"
       "  of d_model, in bf16 (2 B) or q13 (0.5 B) on the slow link; the compute is the unconstrained model's\n"
       "  (the subspace's smaller output projections are not credited); cut code rows (method \"cut\"):\n"
-      "  the same bytes, dense blocks, and each stage after a cut holds its code and a vocab x d_model anchor\n"
+      "  the same bytes, dense blocks, and each stage after a cut holds its code and a vocab x d_model anchor;\n"
+      "  k=d/16 with the sender's loss: k = d_model / 16, and each stage before a cut a d_model x vocab head\n"
+      "  more (parameters, optimizer state, 6N FLOPs and its logits in the stash)\n"
       "- gradients all-reduced in fp32 by a ring inside each cluster; llama-1b's tied embedding gradient\n"
       "  (fp32, uncompressed; vocab x k as a shared-subspace model) crosses every link once a step each way, in\n"
       "  every copy's pipeline\n"
@@ -261,15 +272,22 @@ int main(int argc, char** argv) {
   for (const char* name : {"llama-1b", "llama-7b"}) {
     const protocol::ModelPreset& preset = *protocol::findPreset(name);
     // Per setting: the unconstrained cut, its one-cloud plan (every ratio is against it), and
-    // the learned codes' own cut (their tables may need more stages; both code wires are
-    // k = 64); the same for every link.
-    const Wire& code = *std::find_if(wires.begin(), wires.end(), [](const Wire& w) { return w.learnedCode; });
-    std::vector<Cut> plain, coded;
+    // each learned-code wire's own cut (their tables may need more stages); the same for every
+    // link. A wire's rank below 0 is d_model over its magnitude.
+    std::vector<Wire> sized = wires;
+    for (Wire& w : sized) {
+      if (w.subspaceRank < 0) w.subspaceRank = preset.dModel / -w.subspaceRank;
+    }
+    std::vector<Cut> plain;
+    std::vector<std::map<size_t, Cut>> coded;  // [setting][a learned-code wire's index]
     std::vector<scheduler::Plan> local;
     for (const Setting& setting : settings) {
-      plain.push_back(fittedCut(preset, setting, wires[0]));
-      coded.push_back(fittedCut(preset, setting, code));
-      const auto plan = tryPlan(plannerInput(plain.back(), setting, wires[0], 0));
+      plain.push_back(fittedCut(preset, setting, sized[0]));
+      coded.emplace_back();
+      for (size_t w = 0; w < sized.size(); ++w) {
+        if (sized[w].learnedCode) coded.back().emplace(w, fittedCut(preset, setting, sized[w]));
+      }
+      const auto plan = tryPlan(plannerInput(plain.back(), setting, sized[0], 0));
       if (!plan) throw Error(std::string(name) + " " + setting.name + ": no plan fits");
       local.push_back(*plan);
     }
@@ -277,8 +295,9 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < settings.size(); ++i) {
         const Setting& setting = settings[i];
         const double single = local[i].chosen.stepSeconds;
-        for (const Wire& wire : wires) {
-          const Cut& cut = wire.learnedCode ? coded[i] : plain[i];
+        for (size_t w = 0; w < sized.size(); ++w) {
+          const Wire& wire = sized[w];
+          const Cut& cut = wire.learnedCode ? coded[i].at(w) : plain[i];
           const auto cross = tryPlan(plannerInput(cut, setting, wire, gbit * 1e9 / 8));
           if (!cross) throw Error(std::string(name) + " " + setting.name + ": no plan fits");
           const scheduler::PlanRow& row = cross->chosen;

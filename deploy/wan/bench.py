@@ -20,7 +20,8 @@ Usage (root, after deploy/build.sh): python3 deploy/wan/bench.py [steps] [batch]
   fewer bytes both ways, 2 stages only), q13 (q13 / q13+rot, any cut), subspace (a subspace
   model, model.subspace rank SUBSPACE_RANK, default 2 of d_model 64: 32x fewer numbers at
   every cut, uncompressed) and subspace-q13 (the same with q13 on its coefficients), cut and
-  cut-q13 (the same rank as a learned code at each cut: model.subspace.method "cut"), and the
+  cut-q13 (the same rank as a learned code at each cut: model.subspace.method "cut"), cut-bf16
+  (twice that rank in bf16 both ways with sender_loss 1.0: the same bytes), and the
   same under the one-step-delayed update: none-delayed, auto-delayed. A_SWEEP="2 4 8" also runs the single
   cloud (synchronous, none) at each of these m and takes the fastest as the baseline of the
   ratio column.
@@ -141,6 +142,9 @@ def link_limit(r, stages, rate_mbit, delay_s, delayed=False):
 
 SUBSPACE = {"subspace": {"rank": int(os.environ.get("SUBSPACE_RANK", "2"))}}
 CUT = {"subspace": {"rank": SUBSPACE["subspace"]["rank"], "method": "cut"}}
+# The recipe docs/models.md recommends at the same bytes: twice the numbers in bf16, with the
+# sender's own loss.
+CUT_BF16 = {"subspace": {"rank": 2 * CUT["subspace"]["rank"], "method": "cut", "sender_loss": 1.0}}
 STRATEGIES_A = {  # name: (label, forward, backward, update, model fields)
     "none": ("none", "none", "none", "sync", None),
     "article": (f"{ARTICLE_FWD} / int8", ARTICLE_FWD, "int8", "sync", None),
@@ -151,6 +155,8 @@ STRATEGIES_A = {  # name: (label, forward, backward, update, model fields)
     "subspace-q13": (f"subspace k = {SUBSPACE['subspace']['rank']}, q13 / q13", "q13", "q13", "sync", SUBSPACE),
     "cut": (f"learned code at each cut k = {CUT['subspace']['rank']}, none / none", "none", "none", "sync", CUT),
     "cut-q13": (f"learned code at each cut k = {CUT['subspace']['rank']}, q13 / q13", "q13", "q13", "sync", CUT),
+    "cut-bf16": (f"learned code at each cut k = {CUT_BF16['subspace']['rank']}, bf16 / bf16, sender_loss 1.0",
+                 "bf16", "bf16", "sync", CUT_BF16),
     "none-delayed": ("none, delayed update", "none", "none", "delayed", None),
     "auto-delayed": ("auto / auto, delayed update", "auto", "auto", "delayed", None),
 }
