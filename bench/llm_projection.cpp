@@ -62,6 +62,8 @@ struct Wire {
   // model.subspace.sender_loss: a d_model x vocab head more at each stage before a cut (its
   // parameters, optimizer state, FLOPs and logits counted as the model source counts them).
   bool senderLoss = false;
+  // When set, k = d_model / rankDivisor for each model (the recipe's code scales with the width).
+  int rankDivisor = 0;
 };
 
 // One cut of the model into stages, as the daemon's model source sees it.
@@ -238,7 +240,7 @@ int main(int argc, char** argv) {
                                    {"subspace k=64, q13", 0.5, 64},
                                    {"cut code k=64, bf16", 2.0, 64, true},
                                    {"cut code k=64, q13", 0.5, 64, true},
-                                   {"cut code k=d/16, bf16, sender's loss", 2.0, -16, true, true}};
+                                   {"cut code k=d/16, bf16, sender's loss", 2.0, 0, true, true, 16}};
   std::printf(
       "Projection by scheduler::makePlan, not a measurement. Assumed:\n"
       "- accelerators: %.0f GB each (H100-class); %.0f TFLOP/s sustained in bf16, %.0f TFLOP/s fp32 (TF32)\n"
@@ -273,10 +275,10 @@ int main(int argc, char** argv) {
     const protocol::ModelPreset& preset = *protocol::findPreset(name);
     // Per setting: the unconstrained cut, its one-cloud plan (every ratio is against it), and
     // each learned-code wire's own cut (their tables may need more stages); the same for every
-    // link. A wire's rank below 0 is d_model over its magnitude.
+    // link.
     std::vector<Wire> sized = wires;
     for (Wire& w : sized) {
-      if (w.subspaceRank < 0) w.subspaceRank = preset.dModel / -w.subspaceRank;
+      if (w.rankDivisor > 0) w.subspaceRank = preset.dModel / w.rankDivisor;
     }
     std::vector<Cut> plain;
     std::vector<std::map<size_t, Cut>> coded;  // [setting][a learned-code wire's index]
