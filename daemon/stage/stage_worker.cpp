@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-
 #include "daemon/net/replica_group.h"
 #include "daemon/ops/files.h"
 #include "daemon/ops/logging.h"

@@ -4,13 +4,11 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <stdexcept>
 #include <thread>
 
 #include "daemon/daemon.h"
+#include "daemon/jobs/record_files.h"
 #include "daemon/net/data_router.h"
 #include "daemon/protocol/job_identity.h"
 #include "daemon/stage/stage_host.h"
@@ -36,20 +34,11 @@ std::string errorOf(protocol::ControlClient& client, const Json& request) {
   }
 }
 
-// The proof the coordinator keeps in its job record (as if it leaked): from record.json, or
-// from the previous generation while a new one is being written (record.json is moved aside
-// first).
+// The proof the coordinator keeps in its job record (as if it leaked), read as the daemon
+// reads it: record.json, else the previous generation while a new one is written.
 std::string recordedProof(const TestDaemon& coordinator, const std::string& job) {
-  const auto dir = coordinator.dir() / "jobs" / job;
-  for (int i = 0; i < 100; ++i) {
-    for (const char* name : {"record.json", "record.prev.json"}) {
-      std::ifstream in(dir / name);
-      const Json record = Json::parse(in, nullptr, false);
-      if (record.is_object() && record.contains("proof")) return record["proof"].get<std::string>();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  throw std::runtime_error("no readable record of job " + job);
+  const daemon::RecordFiles files(coordinator.dir().string());
+  return files.read(files.jobDir(job)).value().proof;
 }
 
 Json prepare(const std::string& job, const std::string& proof, int stage, int attempt, const Json& spec,
