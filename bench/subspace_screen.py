@@ -54,6 +54,10 @@ Models (SPEC; K the numbers a token at the cut, d_model 512 = 1x):
                                before a cut learn from their own loss, not only through the code
                      auxfade=N (with aux=W) the weight falls linearly from W at step 0 to 0
                                at step N, and stays 0 after
+                     auxstride=S (with aux=W) the head reads positions 0, S, 2S, ... only
+                               (skytrain's model.subspace.sender_stride)
+                     auxrot    (with auxstride=S) row r of a batch reads positions r mod S,
+                               r mod S + S, ... instead: every position read, as often
                      paired    embeddings, blocks and head start as the unconstrained model's
                                of the same seed (the codes are drawn after them; without it
                                the anchors are drawn first, so every other tensor differs):
@@ -209,8 +213,8 @@ class Model(nn.Module):
             rest = [str(D)] + rest
         self.kind, self.k = kind, int(rest[0]) if rest else D
         self.options = set(rest[1:])
-        known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "bf16", "skip", "paired", "nocode", "stiefel"}
-        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed=", "anneal=", "aux=", "auxfade="))}
+        known = {"ortho", "split", "frozen", "fixanchor", "noanchor", "q13", "bf16", "skip", "paired", "nocode", "stiefel", "auxrot"}
+        unknown = {o for o in self.options if o not in known and not o.startswith(("at=", "context=", "embed=", "anneal=", "aux=", "auxfade=", "auxstride="))}
         misplaced = {o for o in self.options if not o.startswith(("embed=", "aux=", "auxfade=", "at="))} if kind == "none" else set()
         if unknown or misplaced or (kind not in ("cut", "none") and self.options):
             raise ValueError(f"{spec}: unknown or misplaced options {sorted(unknown or misplaced or self.options)}")
@@ -225,6 +229,9 @@ class Model(nn.Module):
         self.aux, self.aux_fade = float(value("aux", 0)), int(value("auxfade", 0))
         if self.aux_fade and not self.aux:
             raise ValueError(f"{spec}: auxfade= fades aux=; alone it does nothing")
+        self.aux_stride, self.aux_rot = int(value("auxstride", 1)), "auxrot" in self.options
+        if (self.aux_stride > 1 or self.aux_rot) and not self.aux or self.aux_rot and self.aux_stride == 1:
+            raise ValueError(f"{spec}: auxstride= thins aux=, auxrot rotates auxstride=")
         if kind == "none" and value("at", None) and not self.aux:
             raise ValueError(f"{spec}: at= on none places aux=; alone it does nothing")
         self.anneal, self.step = int(value("anneal", 0)), 0
@@ -309,7 +316,16 @@ class Model(nn.Module):
         """aux=W: W times each sender's own next-token loss, on the streams of the last forward."""
         head = lambda h: self.aux_heads["head"](self.aux_heads["ln"](h))  # noqa: E731
         w = self.aux * (max(0.0, 1 - self.step / self.aux_fade) if self.aux_fade else 1.0)
-        return sum(w * F.cross_entropy(head(h).reshape(-1, VOCAB), y.reshape(-1)) for h in self.aux_streams)
+        s = self.aux_stride
+
+        def pick(t):  # [b, T, ...] -> the positions the head reads
+            if s == 1 or not self.aux_rot:
+                return t[:, ::s]
+            b, n = t.size(0), t.size(1) // s  # T a multiple of S
+            rows = torch.arange(b, device=t.device) % s
+            index = (rows[:, None] + s * torch.arange(n, device=t.device)[None, :]).view(b, n, *[1] * (t.dim() - 2))
+            return torch.gather(t, 1, index.expand(b, n, *t.shape[2:]))
+        return sum(w * F.cross_entropy(head(pick(h)).reshape(-1, VOCAB), pick(y).reshape(-1)) for h in self.aux_streams)
 
     def embeddings(self, ids):
         h = self.tok_emb(ids) + self.pos_emb[: ids.size(1)]
