@@ -232,6 +232,8 @@ class Model(nn.Module):
         self.aux_stride, self.aux_rot = int(value("auxstride", 1)), "auxrot" in self.options
         if (self.aux_stride > 1 or self.aux_rot) and not self.aux or self.aux_rot and self.aux_stride == 1:
             raise ValueError(f"{spec}: auxstride= thins aux=, auxrot rotates auxstride=")
+        if self.aux_rot and T % self.aux_stride:
+            raise ValueError(f"{spec}: auxrot needs the sequence length {T} a multiple of auxstride=")
         if kind == "none" and value("at", None) and not self.aux:
             raise ValueError(f"{spec}: at= on none places aux=; alone it does nothing")
         self.anneal, self.step = int(value("anneal", 0)), 0
@@ -321,7 +323,7 @@ class Model(nn.Module):
         def pick(t):  # [b, T, ...] -> the positions the head reads
             if s == 1 or not self.aux_rot:
                 return t[:, ::s]
-            b, n = t.size(0), t.size(1) // s  # T a multiple of S
+            b, n = t.size(0), t.size(1) // s  # T a multiple of S (checked in __init__)
             rows = torch.arange(b, device=t.device) % s
             index = (rows[:, None] + s * torch.arange(n, device=t.device)[None, :]).view(b, n, *[1] * (t.dim() - 2))
             return torch.gather(t, 1, index.expand(b, n, *t.shape[2:]))
